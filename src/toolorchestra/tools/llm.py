@@ -1,0 +1,126 @@
+"""LLM-backed tools: the orchestrator picks a label (expert-1, answer-2, ...) and the model behind it
+answers; its tokens are charged at that model's price and its latency is recorded."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from toolorchestra.backends.pool import ModelPool
+from toolorchestra.tools.base import Tool, ToolContext, ToolResult
+
+EXPERT_SYSTEM = "You are an expert assistant. Answer the question accurately and concisely."
+ANSWER_SYSTEM = (
+    "You give the final answer to the user's question. Use the notes if they help. "
+    "Reply with the answer only."
+)
+
+
+class LLMTool(Tool):
+    """Base of tools that route a request to one of several models by label."""
+
+    def __init__(self, name: str, description: str, labels: dict[str, str], pool: ModelPool,
+                 max_tokens: int = 512) -> None:
+        self.name = name
+        self.description = description
+        self.labels = dict(labels)
+        self.pool = pool
+        self.max_tokens = max_tokens
+
+    def label_property(self) -> dict[str, Any]:
+        return {"type": "string", "enum": list(self.labels), "description": "which model to use (see the price table)"}
+
+    def price_rows(self) -> list[dict[str, Any]]:
+        rows = []
+        for label, model in self.labels.items():
+            spec = self.pool.spec(model)
+            rows.append({
+                "tool": self.name, "label": label, "model": model,
+                "input_per_m": spec.price.input_per_m, "output_per_m": spec.price.output_per_m,
+                "per_call": spec.price.per_call, "latency_s": spec.latency.seconds(200),
+            })
+        return rows
+
+    def resolve_label(self, arguments: dict[str, Any]) -> tuple[str, str] | str:
+        """(label, model) for the call, or an error message naming the valid labels."""
+        label = arguments.get("model")
+        if label is None and len(self.labels) == 1:
+            label = next(iter(self.labels))
+        if label not in self.labels:
+            return f"argument 'model' must be one of {list(self.labels)}; got {label!r}"
+        return label, self.labels[label]
+
+    async def ask(self, label: str, model: str, messages: list[dict[str, Any]]) -> ToolResult:
+        try:
+            completion, cost = await self.pool.complete(model, messages, max_tokens=self.max_tokens)
+        except Exception as exc:  # a failed model call is an observation, never a crash of the episode
+            return ToolResult(error=f"model {model} failed: {exc}", model=model, label=label)
+        return ToolResult(
+            output=completion.text, model=model, label=label, cost_usd=cost, latency_s=completion.latency_s,
+            prompt_tokens=completion.usage.prompt_tokens, completion_tokens=completion.usage.completion_tokens,
+        )
+
+
+class ExpertTool(LLMTool):
+    def __init__(self, name: str, description: str, labels: dict[str, str], pool: ModelPool,
+                 max_tokens: int = 512) -> None:
+        super().__init__(name, description or "Ask a language model a self-contained question.", labels, pool,
+                         max_tokens)
+        self.parameters = {
+            "type": "object",
+            "properties": {
+                "model": self.label_property(),
+                "question": {"type": "string", "description": "the full question, with any context it needs"},
+            },
+            "required": ["model", "question"] if len(labels) > 1 else ["question"],
+        }
+
+    async def run(self, arguments: dict[str, Any], context: ToolContext) -> ToolResult:
+        resolved = self.resolve_label(arguments)
+        if isinstance(resolved, str):
+            return ToolResult(error=resolved)
+        question = arguments.get("question") or context.task.prompt
+        if not isinstance(question, str):
+            return ToolResult(error=f"argument 'question' must be a string; got {type(question).__name__}")
+        label, model = resolved
+        return await self.ask(label, model, [{"role": "system", "content": EXPERT_SYSTEM},
+                                             {"role": "user", "content": question}])
+
+
+class AnswerTool(LLMTool):
+    """Ends the episode: either states the answer, or lets an answer model write it."""
+
+    def __init__(self, name: str, description: str, labels: dict[str, str], pool: ModelPool,
+                 max_tokens: int = 512) -> None:
+        super().__init__(name, description or "Give the final answer and end the episode.", labels, pool,
+                         max_tokens)
+        properties: dict[str, Any] = {"answer": {"type": "string", "description": "the final answer"}}
+        if labels:
+            properties["model"] = self.label_property()
+        self.parameters = {"type": "object", "properties": properties, "required": [] if labels else ["answer"]}
+
+    def price_rows(self) -> list[dict[str, Any]]:
+        return super().price_rows() if self.labels else Tool.price_rows(self)
+
+    async def run(self, arguments: dict[str, Any], context: ToolContext) -> ToolResult:
+        if self.labels and arguments.get("model") is not None:
+            resolved = self.resolve_label(arguments)
+            if isinstance(resolved, str):
+                return ToolResult(error=resolved)
+            label, model = resolved
+            notes = _notes(context.messages)
+            prompt = context.task.prompt + (f"\n\nNotes:\n{notes}" if notes else "")
+            result = await self.ask(label, model, [{"role": "system", "content": ANSWER_SYSTEM},
+                                                   {"role": "user", "content": prompt}])
+            if result.error is None:
+                result.final, result.answer = True, result.output
+            return result
+        answer = arguments.get("answer")
+        if not isinstance(answer, str) or not answer.strip():
+            return ToolResult(error="argument 'answer' must be a non-empty string")
+        return ToolResult(output=answer, final=True, answer=answer)
+
+
+def _notes(messages: list[dict[str, Any]], limit: int = 3000) -> str:
+    """Tool observations so far, most recent last, cut to `limit` characters."""
+    observations = [m.get("content") or "" for m in messages if m.get("role") == "tool"]
+    return "\n---\n".join(observations)[-limit:]
