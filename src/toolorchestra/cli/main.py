@@ -1,0 +1,45 @@
+"""Entry point of the `toolorchestra` console script."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+import typer
+
+app = typer.Typer(
+    name="toolorchestra",
+    help="Run, evaluate and train small orchestrator models that coordinate tools and other models.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+COMMAND_MODULES = ("run_cmd", "eval_cmd", "report_cmd", "train_cmd")
+
+
+@app.callback()
+def _main(debug: bool = typer.Option(False, "--debug", help="Show full tracebacks for errors.")) -> None:
+    if debug:
+        os.environ["TOOLORCHESTRA_DEBUG"] = "1"
+
+
+for _module in COMMAND_MODULES:
+    importlib.import_module(f"toolorchestra.cli.{_module}").register(app)
+
+
+def main() -> None:
+    """Run the CLI, printing user errors as one clear message (a traceback only with --debug)."""
+    from toolorchestra.errors import UserError
+
+    try:
+        app()  # standalone mode: click prints usage errors itself and exits 2
+    except UserError as exc:
+        if os.environ.get("TOOLORCHESTRA_DEBUG") or "--debug" in sys.argv:
+            raise
+        typer.secho(f"error: {exc}", fg="red", err=True)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        typer.secho("interrupted", fg="yellow", err=True)
+        sys.exit(130)

@@ -1,0 +1,109 @@
+"""`toolorchestra run "question"`: one episode over a pool, steps shown as they happen."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from toolorchestra.agent.trajectory import Step, Trajectory
+
+
+def register(app: typer.Typer) -> None:
+    app.command("run")(run)
+
+
+def run(
+    question: str = typer.Argument(..., help="The task for the orchestrator."),
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help="Catalog YAML (models and tools). Default: the embedded SmolLM2 pool."),
+    prefer: Optional[str] = typer.Option(None, "--prefer", help="accuracy | cost | latency | local | tool:NAME | KEY=WEIGHT,..."),
+    max_turns: int = typer.Option(6, "--max-turns", min=1, help="Stop after this many orchestrator turns."),
+    max_budget: Optional[float] = typer.Option(None, "--max-budget", min=0.0, help="Stop once this many dollars are spent."),
+    temperature: float = typer.Option(0.0, "--temperature", min=0.0, help="Orchestrator sampling temperature."),
+    corpus: Optional[Path] = typer.Option(None, "--corpus", help="JSON/JSONL {title, text} corpus for the search tool of the default pool."),
+    save: Optional[Path] = typer.Option(None, "--save", help="Append the trajectory to this JSONL file."),
+    as_json: bool = typer.Option(False, "--json", help="Print the trajectory as JSON instead of the step view."),
+) -> None:
+    """Answer QUESTION with an orchestrator that calls tools and other models; print each step's tokens and dollars."""
+    trajectory = asyncio.run(_run(question, config, prefer, max_turns, max_budget, temperature, corpus, as_json))
+    if save:
+        from toolorchestra.agent.trajectory import write_trajectory
+
+        write_trajectory(save, trajectory)
+    if as_json:
+        typer.echo(json.dumps(trajectory.to_record(), indent=2, ensure_ascii=False))
+    else:
+        _print_summary(trajectory)
+
+
+async def _run(question: str, config: Path | None, prefer: str | None, max_turns: int, max_budget: float | None,
+               temperature: float, corpus: Path | None, quiet: bool) -> Trajectory:
+    from toolorchestra.agent.loop import Orchestrator
+    from toolorchestra.agent.preference import Preference
+    from toolorchestra.backends.pool import ModelPool
+    from toolorchestra.catalog import default_catalog, load_catalog
+    from toolorchestra.envs.base import Task
+    from toolorchestra.tools.factory import build_tools
+
+    catalog = load_catalog(config) if config else default_catalog(corpus)
+    pool = ModelPool(catalog.models)
+    tools = build_tools(catalog.tools, pool)
+    local_tools = [s.name for s in catalog.tools if s.type in ("python", "search")]
+    orchestrator_spec = catalog.model(catalog.orchestrator)
+    orchestrator = Orchestrator(
+        pool.backend(catalog.orchestrator), tools, model_name=catalog.orchestrator, price=orchestrator_spec.price,
+        preference=Preference.parse(prefer, local_tools), max_turns=max_turns, max_budget_usd=max_budget,
+        temperature=temperature, on_step=None if quiet else _print_step,
+    )
+    try:
+        return await orchestrator.run(Task(id="cli", split="cli", prompt=question))
+    finally:
+        await pool.aclose()
+
+
+def _console():
+    from rich.console import Console
+
+    return Console(highlight=False)
+
+
+def _print_step(step: Step) -> None:
+    console = _console()
+    cost = f"{step.prompt_tokens}+{step.completion_tokens} tok  ${step.cost_usd:.6f}  {step.latency_s:.2f}s"
+    if step.kind == "orchestrator":
+        console.print(f"[bold cyan]turn {step.turn}[/] [cyan]{step.name}[/]  {cost}")
+        if step.output.strip():
+            console.print(f"  [dim]{_clip(step.output, 400)}[/]")
+    else:
+        who = f" -> {step.label} ({step.model})" if step.model else ""
+        console.print(f"  [bold magenta]{step.name}[/]{who} {json.dumps(step.arguments)[:200]}  {cost}")
+        if step.error:
+            console.print(f"    [red]{_clip(step.error, 300)}[/]")
+        else:
+            console.print(f"    {_clip(step.output, 300)}")
+    if step.kind == "orchestrator" and step.error:
+        console.print(f"  [red]{_clip(step.error, 300)}[/]")
+
+
+def _clip(text: str, limit: int) -> str:
+    from rich.markup import escape
+
+    text = text.strip().replace("\n", " | ")
+    return escape(text if len(text) <= limit else text[:limit] + " ...")
+
+
+def _print_summary(trajectory: Trajectory) -> None:
+    from rich.table import Table
+
+    console = _console()
+    table = Table(title="summary", show_header=True)
+    for column in ("steps", "prompt tok", "completion tok", "cost $", "latency s", "stop"):
+        table.add_column(column)
+    table.add_row(str(len(trajectory.steps)), str(trajectory.prompt_tokens), str(trajectory.completion_tokens),
+                  f"{trajectory.cost_usd:.6f}", f"{trajectory.latency_s:.2f}", trajectory.stop_reason or "-")
+    console.print(table)
+    answer = trajectory.final_answer if trajectory.final_answer is not None else "(no answer)"
+    console.print(f"[bold]answer:[/] {_clip(answer, 2000)}")

@@ -1,0 +1,7 @@
+"""The `train` command (being written)."""
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Add this command to the app."""

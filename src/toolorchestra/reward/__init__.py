@@ -1,0 +1,112 @@
+"""The ToolOrchestra reward: outcome, efficiency and preference of a group of rollouts, and GRPO advantages.
+
+Pure Python (no torch), so evaluation, the trainer and a later verl reward function share it.
+
+For a group of G rollouts of one task and a preference vector P over features
+x = [calls:NAME ..., accuracy, -cost, -latency]:
+
+    r(tau) = 0                                              if tau is wrong
+    r(tau) = sum_f P_f * (x_f - min_f) / (max_f - min_f)    otherwise
+
+min_f and max_f are taken over *all* G rollouts of the group, wrong ones included (as the issue and the
+paper state it): a wrong rollout still widens the range that a correct one is normalized in. A feature
+whose max equals its min contributes 0. Features that a preference names but a rollout lacks (a tool it
+never called) count as 0.
+
+The advantage is A = clip((r - mean) / (std + 1e-6), -3, 3), the mean over the group and the std per group,
+per batch, or not at all (then A = clip(r - mean, -3, 3)). The std is the sample std (n - 1 in the
+denominator), as verl's GRPO estimator computes it with torch.std; a group of one has std 0.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Literal
+
+StdMode = Literal["group", "batch", "none"]
+
+NEGATED_FEATURES = frozenset({"cost", "latency"})
+"""Features where less is better: the reward uses -x for them."""
+
+ADVANTAGE_CLIP = 3.0
+STD_EPS = 1e-6
+
+
+def group_rewards(
+    features: Sequence[Mapping[str, float]],
+    correct: Sequence[bool],
+    preference: Mapping[str, float],
+) -> list[float]:
+    """Rewards of one group. `features[i]` holds rollout i's raw `accuracy`, `cost` (USD), `latency` (s) and
+    `calls:NAME` counts; the minus signs of cost and latency are applied here."""
+    if len(features) != len(correct):
+        raise ValueError(f"features has {len(features)} rollouts but correct has {len(correct)}")
+    oriented = [_oriented(row, preference) for row in features]
+    normalized = {name: _min_max(column) for name, column in _columns(oriented, preference).items()}
+    rewards = []
+    for index, is_correct in enumerate(correct):
+        if not is_correct:
+            rewards.append(0.0)
+            continue
+        rewards.append(sum(weight * normalized[name][index] for name, weight in preference.items()))
+    return rewards
+
+
+def _oriented(row: Mapping[str, float], preference: Mapping[str, float]) -> dict[str, float]:
+    return {name: (-1.0 if name in NEGATED_FEATURES else 1.0) * float(row.get(name, 0.0)) for name in preference}
+
+
+def _columns(rows: list[dict[str, float]], preference: Mapping[str, float]) -> dict[str, list[float]]:
+    return {name: [row[name] for row in rows] for name in preference}
+
+
+def _min_max(values: list[float]) -> list[float]:
+    low, high = min(values, default=0.0), max(values, default=0.0)
+    if high == low:
+        return [0.0] * len(values)
+    return [(value - low) / (high - low) for value in values]
+
+
+def group_advantages(rewards: Sequence[float], std: StdMode = "group", batch_std: float | None = None) -> list[float]:
+    """GRPO advantages of one group. `std="batch"` divides by `batch_std` (see `batch_advantages`)."""
+    if not rewards:
+        return []
+    mean = sum(rewards) / len(rewards)
+    if std == "group":
+        scale = _std(rewards) + STD_EPS
+    elif std == "batch":
+        if batch_std is None:
+            raise ValueError('std="batch" needs batch_std, the reward std over the whole batch')
+        scale = batch_std + STD_EPS
+    elif std == "none":
+        scale = 1.0
+    else:
+        raise ValueError(f"std must be 'group', 'batch' or 'none'; got {std!r}")
+    return [_clip((reward - mean) / scale) for reward in rewards]
+
+
+def batch_advantages(groups: Sequence[Sequence[float]], std: StdMode = "group") -> list[list[float]]:
+    """Advantages of every group of a batch; the mean is always per group, the std as `std` says."""
+    flat = [reward for group in groups for reward in group]
+    batch_std = _std(flat) if std == "batch" else None
+    return [group_advantages(group, std, batch_std) for group in groups]
+
+
+def reward_std(rewards: Sequence[float]) -> float:
+    """Sample std of a group's rewards (the quantity the low-variance filter compares to its threshold)."""
+    return _std(rewards)
+
+
+def _std(values: Sequence[float]) -> float:
+    if len(values) < 2:
+        return 0.0
+    mean = sum(values) / len(values)
+    return math.sqrt(sum((value - mean) ** 2 for value in values) / (len(values) - 1))
+
+
+def _clip(value: float) -> float:
+    return max(-ADVANTAGE_CLIP, min(ADVANTAGE_CLIP, value))
+
+
+__all__ = ["batch_advantages", "group_advantages", "group_rewards", "reward_std", "NEGATED_FEATURES"]

@@ -1,0 +1,172 @@
+"""The training config: a YAML file validated with pydantic, using verl's knob names where verl has them.
+
+Sections mirror verl's (data, actor_rollout_ref.{model,actor,rollout}, algorithm, trainer) one level
+flatter: `actor.clip_ratio_low` here is `actor_rollout_ref.actor.clip_ratio_low` in verl. docs/training.md
+lists the mapping.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from toolorchestra.errors import ConfigError
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class DataConfig(_Strict):
+    env: str = Field("replay:routerbench", description="environment name from the env registry")
+    split: str = "train"
+    train_batch_size: int = Field(4, ge=1, description="tasks (prompts) per step; each gets rollout.n episodes")
+    max_tasks: int | None = Field(None, ge=1, description="use only the first N tasks of the split")
+    max_question_chars: int | None = Field(
+        None, ge=16, description="cut the question shown to the orchestrator (tools still see the full task)"
+    )
+
+
+class ModelConfig(_Strict):
+    path: str = Field("smollm2-135m", description="'smollm2-135m' or an HF model dir")
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    device: str = "cpu"
+    lora_rank: int = Field(16, ge=0, description="0 = full fine-tuning")
+    lora_alpha: int = Field(32, ge=1)
+    target_modules: list[str] | Literal["all-linear"] = "all-linear"
+    gradient_checkpointing: bool = False
+
+
+class OptimConfig(_Strict):
+    lr: float = Field(1e-5, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    betas: tuple[float, float] = (0.9, 0.999)
+
+
+class ActorConfig(_Strict):
+    ppo_mini_batch_size: int = Field(4, ge=1, description="tasks per optimizer step (x rollout.n episodes)")
+    ppo_micro_batch_size: int = Field(4, ge=1, description="episodes per forward/backward (accumulated)")
+    ppo_epochs: int = Field(1, ge=1)
+    clip_ratio_low: float = Field(0.2, ge=0)
+    clip_ratio_high: float = Field(0.28, ge=0)
+    clip_ratio_c: float = Field(3.0, gt=1.0, description="dual-clip bound for negative advantages")
+    use_kl_loss: bool = False
+    kl_loss_coef: float = Field(0.001, ge=0)
+    kl_loss_type: Literal["low_var_kl"] = "low_var_kl"
+    loss_agg_mode: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = "token-mean"
+    entropy_coeff: float = 0.0
+    grad_clip: float = Field(1.0, gt=0)
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+
+
+class LatencyConfig(_Strict):
+    """The orchestrator's own simulated latency (batched generation has no per-episode wall time)."""
+
+    overhead_s: float = Field(0.05, ge=0)
+    output_tokens_per_s: float = Field(50.0, gt=0)
+
+
+class RolloutConfig(_Strict):
+    n: int = Field(4, ge=1, description="episodes per task (the GRPO group size G)")
+    temperature: float = Field(1.0, gt=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    response_length: int = Field(96, ge=1, description="max new tokens per orchestrator turn")
+    max_assistant_turns: int = Field(3, ge=1)
+    max_episode_tokens: int = Field(2048, ge=16, description="cap on prompt + all turns of one episode")
+    generation_batch_size: int = Field(16, ge=1, description="episodes generated together per forward")
+    share_prompt_prefill: bool = Field(
+        True, description="prefill each task's prompt once and copy its KV cache to the group's n episodes"
+    )
+    guided: bool = Field(False, description="constrain tool calls with xgrammar (see docs/training.md)")
+    orchestrator_latency: LatencyConfig = Field(default_factory=LatencyConfig)
+
+
+class AlgorithmConfig(_Strict):
+    adv_estimator: Literal["grpo"] = "grpo"
+    norm_adv_by_std: Literal["group", "batch", "none"] = "group"
+    filter_min_reward_std: float = Field(0.1, ge=0, description="drop groups whose reward std is below this")
+    filter_invalid: bool = Field(True, description="drop episodes without a valid final answer or with malformed calls")
+
+
+class SamplerConfig(_Strict):
+    """Per-prompt variation: which tools/labels are offered, the model behind each label, prices, preference."""
+
+    min_labels: int = Field(2, ge=1)
+    max_labels: int = Field(4, ge=1)
+    price_scale: tuple[float, float] = (0.5, 2.0)
+    shuffle_labels: bool = True
+    tool_keep_prob: float = Field(1.0, ge=0, le=1, description="chance each non-answer tool is offered")
+    preferences: dict[str, float] = Field(
+        default_factory=lambda: {"accuracy": 1.0, "cost": 1.0, "latency": 0.5, "tool": 0.5},
+        description="relative frequency of each preference kind: accuracy, cost, latency, tool",
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> "SamplerConfig":
+        if self.min_labels > self.max_labels:
+            raise ValueError(f"min_labels ({self.min_labels}) must be <= max_labels ({self.max_labels})")
+        if not 0 < self.price_scale[0] <= self.price_scale[1]:
+            raise ValueError(f"price_scale must be [low, high] with 0 < low <= high; got {list(self.price_scale)}")
+        unknown = set(self.preferences) - {"accuracy", "cost", "latency", "tool"}
+        if unknown:
+            raise ValueError(f"unknown preference kinds {sorted(unknown)}; expected accuracy, cost, latency, tool")
+        if not any(weight > 0 for weight in self.preferences.values()):
+            raise ValueError("preferences needs at least one kind with a positive frequency")
+        return self
+
+
+class SFTConfig(_Strict):
+    """Optional warm start: supervised steps on valid one-call episodes found by trying every answer label."""
+
+    steps: int = Field(0, ge=0, description="0 = no SFT stage")
+    batch_size: int = Field(8, ge=1)
+    lr: float = Field(1e-4, gt=0)
+    max_tasks: int = Field(64, ge=1, description="train tasks used to build examples")
+
+
+class TrainerConfig(_Strict):
+    total_training_steps: int = Field(10, ge=1)
+    save_freq: int = Field(5, ge=1, description="checkpoint every N steps (and at the end)")
+    default_local_dir: str = Field("runs/train", description="checkpoints, metrics.jsonl, tensorboard/")
+    experiment_name: str = "routerbench-smollm2"
+    save_merged_model: bool = Field(True, description="also write an HF model dir (LoRA merged) per checkpoint")
+    torch_threads: int | None = Field(None, ge=1)
+    log_trajectories: bool = True
+
+
+class TrainConfig(_Strict):
+    seed: int = 0
+    data: DataConfig = Field(default_factory=DataConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    actor: ActorConfig = Field(default_factory=ActorConfig)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    sampler: SamplerConfig = Field(default_factory=SamplerConfig)
+    sft: SFTConfig = Field(default_factory=SFTConfig)
+    trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+
+    @model_validator(mode="after")
+    def _batch_sizes(self) -> "TrainConfig":
+        if self.data.train_batch_size % self.actor.ppo_mini_batch_size:
+            raise ValueError(
+                f"actor.ppo_mini_batch_size ({self.actor.ppo_mini_batch_size}) must divide "
+                f"data.train_batch_size ({self.data.train_batch_size})"
+            )
+        return self
+
+
+def load_train_config(path: Path | str) -> TrainConfig:
+    """Read and validate a training YAML; errors name the file and the field."""
+    from toolorchestra.catalog.load import format_validation_error, read_yaml
+
+    data = read_yaml(path)
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of config sections; got {type(data).__name__}")
+    try:
+        return TrainConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(path, exc)) from None

@@ -1,0 +1,177 @@
+"""The task sampler: what each training prompt offers and asks for (the paper's generalization mechanism).
+
+For every prompt it draws, from one seeded `random.Random`:
+- the subset of models offered behind the LLM tools' labels, and which label names which model;
+- a price factor per model (uniform in `price_scale`), applied to that model's token and call prices;
+- which non-answer tools are offered;
+- the preference: most accurate, minimize cost, minimize latency, or "use label X".
+The preference is stated in the system prompt (agent/prompt.py), the same text evaluation uses.
+The sampler's whole state (RNG, epoch order, position) is a JSON-able dict for checkpoints.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from toolorchestra.agent.preference import Preference
+from toolorchestra.backends.pool import ModelPool
+from toolorchestra.envs.base import Env, Task
+from toolorchestra.tools.base import Tool
+from toolorchestra.tools.llm import AnswerTool, LLMTool
+from toolorchestra.train.config import SamplerConfig
+
+_LABEL_NUMBER = re.compile(r"^(.*?)[-_]?\d+$")
+
+
+@dataclass
+class PromptDraw:
+    """One training prompt: the task, the tools offered for it and the user's preference."""
+
+    task: Task
+    tools: list[Tool]
+    preference: Preference
+    price_factors: dict[str, float]
+
+
+class TaskSampler:
+    def __init__(self, env: Env, tasks: list[Task], config: SamplerConfig, seed: int) -> None:
+        if not tasks:
+            raise ValueError("the sampler needs at least one task")
+        self.env = env
+        self.tasks = tasks
+        self.config = config
+        self.rng = random.Random(seed)
+        self.epoch = 0
+        self.position = 0
+        self.order = self._shuffled_order()
+
+    def _shuffled_order(self) -> list[int]:
+        order = list(range(len(self.tasks)))
+        self.rng.shuffle(order)
+        return order
+
+    def next_batch(self, size: int) -> list[PromptDraw]:
+        return [self.draw(self._next_task()) for _ in range(size)]
+
+    def _next_task(self) -> Task:
+        if self.position >= len(self.order):
+            self.epoch += 1
+            self.position = 0
+            self.order = self._shuffled_order()
+        task = self.tasks[self.order[self.position]]
+        self.position += 1
+        return task
+
+    def draw(self, task: Task) -> PromptDraw:
+        """Tools, prices and preference for `task` (advances the RNG)."""
+        base_tools = self.env.tools_for(task)
+        models = _models_behind(base_tools)
+        offered = self._offered_models(models)
+        factors = {model: self.rng.uniform(*self.config.price_scale) for model in offered}
+        numbers = {model: index + 1 for index, model in enumerate(offered)}
+        repriced: dict[int, ModelPool] = {}
+        tools: list[Tool] = []
+        for tool in base_tools:
+            if not isinstance(tool, AnswerTool) and self.rng.random() >= self.config.tool_keep_prob:
+                continue
+            if isinstance(tool, LLMTool) and tool.labels:
+                rebuilt = _relabel(tool, offered, numbers, factors, repriced)
+                if rebuilt is not None:
+                    tools.append(rebuilt)
+            else:
+                tools.append(tool)
+        preference = self._preference(tools)
+        return PromptDraw(task=task, tools=tools, preference=preference, price_factors=factors)
+
+    def _offered_models(self, models: list[str]) -> list[str]:
+        if not models:
+            return []
+        high = min(self.config.max_labels, len(models))
+        low = min(self.config.min_labels, high)
+        chosen = self.rng.sample(models, self.rng.randint(low, high))
+        if not self.config.shuffle_labels:
+            chosen.sort(key=models.index)
+        return chosen
+
+    def _preference(self, tools: list[Tool]) -> Preference:
+        kinds = [kind for kind, weight in self.config.preferences.items() if weight > 0]
+        kind = self.rng.choices(kinds, weights=[self.config.preferences[k] for k in kinds])[0]
+        if kind == "cost":
+            return Preference(accuracy=1.0, cost=1.0)
+        if kind == "latency":
+            return Preference(accuracy=1.0, latency=1.0)
+        if kind == "tool":
+            names = _preferable_names(tools)
+            if names:
+                return Preference(accuracy=1.0, tools={self.rng.choice(names): 1.0})
+        return Preference()
+
+    def state_dict(self) -> dict[str, Any]:
+        version, internal, gauss = self.rng.getstate()
+        return {"rng": [version, list(internal), gauss], "epoch": self.epoch, "position": self.position,
+                "order": list(self.order)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        version, internal, gauss = state["rng"]
+        self.rng.setstate((version, tuple(internal), gauss))
+        self.epoch = int(state["epoch"])
+        self.position = int(state["position"])
+        self.order = [int(index) for index in state["order"]]
+
+
+def _models_behind(tools: list[Tool]) -> list[str]:
+    """Every model behind any LLM tool's labels, in first-seen order."""
+    seen: dict[str, None] = {}
+    for tool in tools:
+        if isinstance(tool, LLMTool):
+            for model in tool.labels.values():
+                seen.setdefault(model, None)
+    return list(seen)
+
+
+def _relabel(tool: LLMTool, offered: list[str], numbers: dict[str, int], factors: dict[str, float],
+             repriced: dict[int, ModelPool]) -> Tool | None:
+    """A copy of `tool` offering only `offered` models, numbered as `numbers` says, at scaled prices.
+
+    The same model gets the same number in every tool (expert-2 and answer-2 are one model)."""
+    prefix = _label_prefix(tool)
+    labels = {f"{prefix}-{numbers[model]}": model for model in offered if model in tool.labels.values()}
+    if not labels:
+        return None
+    labels = dict(sorted(labels.items(), key=lambda item: numbers[item[1]]))
+    pool = repriced.get(id(tool.pool))
+    if pool is None:
+        pool = _repriced_pool(tool.pool, factors)
+        repriced[id(tool.pool)] = pool
+    return type(tool)(tool.name, tool.description, labels, pool, tool.max_tokens)
+
+
+def _label_prefix(tool: LLMTool) -> str:
+    first = next(iter(tool.labels))
+    match = _LABEL_NUMBER.match(first)
+    return match.group(1) if match and match.group(1) else tool.name
+
+
+def _repriced_pool(pool: ModelPool, factors: dict[str, float]) -> ModelPool:
+    """A pool with the same backends whose offered models cost `factor` times their catalog price."""
+    specs = []
+    backends = {}
+    for name in pool.names():
+        spec = pool.spec(name)
+        if name in factors:
+            spec = spec.model_copy(update={"price": spec.price.scaled(factors[name])})
+            backends[name] = pool.backend(name)
+        specs.append(spec)
+    return ModelPool(specs, backends)
+
+
+def _preferable_names(tools: list[Tool]) -> list[str]:
+    """Labels of LLM tools that are not the answer tool, else any non-answer tool name."""
+    labels = [label for tool in tools if isinstance(tool, LLMTool) and not isinstance(tool, AnswerTool)
+              for label in tool.labels]
+    if labels:
+        return labels
+    return [tool.name for tool in tools if not isinstance(tool, AnswerTool)]
