@@ -50,3 +50,29 @@ async def test_bad_queries_and_corpora(tmp_path, isolated_cache):
         BM25Index(bad)
     with pytest.raises(UserError, match="file not found"):
         BM25Index(tmp_path / "absent.json")
+
+
+async def test_query_writer_search_charges_the_writer_model(tmp_path, isolated_cache):
+    from toolorchestra.backends.base import Backend, Completion, Usage
+    from toolorchestra.backends.pool import ModelPool
+    from toolorchestra.catalog.schema import ModelSpec, Price
+    from toolorchestra.tools.search import QueryWriterSearchTool
+
+    class FakeWriterBackend(Backend):
+        """Test fake: always writes the same query."""
+
+        async def complete(self, messages, tools=None, **_):
+            return Completion(text="planet rings\nextra line", usage=Usage(prompt_tokens=400, completion_tokens=5),
+                              latency_s=0.2)
+
+    spec = ModelSpec(name="writer", backend={"type": "local"}, price=Price(input_per_m=0.5, output_per_m=2.0))
+    pool = ModelPool([spec], backends={"writer": FakeWriterBackend()})
+    corpus = tmp_path / "corpus.json"
+    corpus.write_text(json.dumps(PASSAGES))
+    tool = QueryWriterSearchTool(str(corpus), labels={"search-1": "writer"}, pool=pool)
+    result = await tool.run({"question": "Which planet has rings?"}, CONTEXT)
+    assert result.meta["query"] == "planet rings"
+    assert result.meta["titles"][0] == "Saturn"
+    assert (result.model, result.label) == ("writer", "search-1")
+    assert result.cost_usd == pytest.approx(400 * 0.5e-6 + 5 * 2e-6)
+    assert result.latency_s == pytest.approx(0.2)

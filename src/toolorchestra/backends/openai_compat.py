@@ -142,8 +142,8 @@ class OpenAIBackend(Backend):
         }
         # OpenAI's own API rejects `max_tokens` for its reasoning models; the other servers all accept it,
         # while not all of them know the newer `max_completion_tokens`.
-        limit_field = "max_completion_tokens" if urlparse(self.spec.base_url).hostname in _OPENAI_HOSTS else "max_tokens"
-        arguments[limit_field] = max_tokens
+        is_openai = urlparse(self.spec.base_url).hostname in _OPENAI_HOSTS
+        arguments["max_completion_tokens" if is_openai else "max_tokens"] = max_tokens
         if tools:
             arguments["tools"] = tools
         if seed is not None:
@@ -168,7 +168,7 @@ class OpenAIBackend(Backend):
             try:
                 return await self._attempt(request)
             except _RetryableFailure as failure:
-                last_cause = str(failure)
+                last_cause = self._redact(str(failure))
                 if attempt == attempts:
                     break
                 delay_s = self._backoff_s(attempt, failure.retry_after_s)
@@ -204,13 +204,17 @@ class OpenAIBackend(Backend):
 
     def _status_failure(self, exc: Any) -> Exception:
         status = exc.status_code
-        body = _snippet(exc.response.text if exc.response is not None else str(exc.message))
+        body = self._redact(_snippet(exc.response.text if exc.response is not None else str(exc.message)))
         if status == 429 or status >= 500:
             return _RetryableFailure(f"HTTP {status}: {body}", _retry_after_s(exc.response))
         return BackendError(
             f"{self.endpoint} (model {self.spec.model!r}) rejected the request with HTTP {status} "
             f"(not retried): {body}"
         )
+
+    def _redact(self, text: str) -> str:
+        """`text` (which may quote a server's reply) without the API key, in case the server echoed it."""
+        return text.replace(self._api_key, "***") if self._api_key != PLACEHOLDER_API_KEY else text
 
     def _backoff_s(self, failed_attempt: int, retry_after_s: float | None) -> float:
         """Exponential backoff with jitter: between half and all of base * 2^(n-1), capped at the max."""
