@@ -80,3 +80,25 @@ def test_price_arithmetic_against_hand_computed_values():
 
 def test_latency_prior():
     assert LatencyPrior(overhead_s=1.0, output_tokens_per_s=100).seconds(250) == pytest.approx(3.5)
+
+
+def test_shipped_pool_configs_validate():
+    from pathlib import Path
+
+    configs = sorted((Path(__file__).resolve().parents[1] / "configs" / "pools").glob("*.yaml"))
+    assert configs
+    for path in configs:
+        catalog = load_catalog(path)
+        assert catalog.model(catalog.orchestrator)
+
+
+def test_default_catalog_offers_search_only_with_a_corpus(tmp_path, monkeypatch):
+    from toolorchestra.catalog import default_catalog
+
+    monkeypatch.chdir(tmp_path)  # no ../shared here
+    assert [t.name for t in default_catalog().tools] == ["python", "expert", "answer"]
+    corpus = tmp_path / "c.json"
+    corpus.write_text("[]")
+    assert [t.name for t in default_catalog(corpus).tools] == ["python", "search", "expert", "answer"]
+    with pytest.raises(ConfigError, match="--corpus"):
+        default_catalog(tmp_path / "absent.json")
