@@ -39,6 +39,9 @@ class Completion(BaseModel):
     usage: Usage = Field(default_factory=Usage)
     latency_s: float = 0.0
     model: str = ""
+    # A dollar cost the backend measured itself (a replayed call's recorded cost); when set, the pool
+    # charges it instead of pricing the tokens.
+    cost_usd: float | None = None
 
     def assistant_message(self) -> Message:
         message: Message = {"role": "assistant", "content": self.text}

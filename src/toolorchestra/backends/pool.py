@@ -50,6 +50,8 @@ class ModelPool:
         return self._backends[name]
 
     def cost(self, name: str, completion: Completion) -> float:
+        if completion.cost_usd is not None:
+            return completion.cost_usd
         return self._specs[name].price.cost(completion.usage.prompt_tokens, completion.usage.completion_tokens)
 
     async def complete(self, name: str, messages: list[Message], tools: list[dict[str, Any]] | None = None,

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The whole loop on replay:routerbench test (945 prompts, 11 recorded models):
+#   1. every baseline policy on the full test split (seconds each),
+#   2. the embedded SmolLM2-135M orchestrator, prompted and not trained, on a --limit subset
+#      (it runs on the CPU; ORCH_LIMIT sets how many tasks),
+#   3. the report: comparison table, accuracy-vs-cost Pareto plot, tool/model usage chart.
+# Rerunning resumes: finished runs and episodes are not redone (delete $OUT to start over).
+#
+# Settings (environment variables):
+#   PY           python of the venv with toolorchestra installed (default .venv/bin/python)
+#   OUT          output dir (default out/demo)
+#   TOOLORCHESTRA_DATA  shared data dir (default ../shared/data)
+#   ORCH_LIMIT   tasks for the SmolLM2 orchestrator (default 20); ORCH_TOOLS tools it is offered
+#   (default answer: it answers itself or names a model to answer; "expert,answer" gives the full
+#   loop with a longer prompt), ORCH_TURNS (2), ORCH_TOKENS (32), ORCH_CONCURRENCY (4)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY="${PY:-.venv/bin/python}"
+OUT="${OUT:-out/demo}"
+ORCH_LIMIT="${ORCH_LIMIT:-20}"
+ORCH_TOOLS="${ORCH_TOOLS:-answer}"
+ORCH_TURNS="${ORCH_TURNS:-2}"
+ORCH_TOKENS="${ORCH_TOKENS:-32}"
+ORCH_CONCURRENCY="${ORCH_CONCURRENCY:-4}"
+ENV_NAME="replay:routerbench"
+
+if [ ! -x "$PY" ]; then
+  echo "demo: no python at $PY (run 'make setup' or set PY)" >&2
+  exit 2
+fi
+toolorchestra() { "$PY" -c 'from toolorchestra.cli.main import main; main()' "$@"; }
+slug() { printf '%s' "$1" | tr ':/' '__'; }
+
+started=$(date +%s)
+echo "== baselines on $ENV_NAME test"
+MODELS=(gpt-4-1106-preview gpt-3.5-turbo-1106 claude-v1 claude-v2 claude-instant-v1 meta/llama-2-70b-chat
+        meta/code-llama-instruct-34b-chat mistralai/mixtral-8x7b-chat mistralai/mistral-7b-chat
+        zero-one-ai/Yi-34B-Chat WizardLM/WizardLM-13B-V1.2)
+POLICIES=()
+for model in "${MODELS[@]}"; do POLICIES+=("single:$model"); done
+POLICIES+=(random cheapest per-subtask cascade router oracle)
+mkdir -p "$OUT/runs" "$OUT/logs"
+for policy in "${POLICIES[@]}"; do
+  run_dir="$OUT/runs/$(slug "$policy")"
+  log="$OUT/logs/$(slug "$policy").log"
+  if [ -f "$run_dir/metrics.json" ]; then echo "   $policy: done"; continue; fi
+  echo "   $policy"
+  toolorchestra eval --env "$ENV_NAME" --split test --policy "$policy" --out "$run_dir" --no-progress > "$log" 2>&1 \
+    || { cat "$log" >&2; exit 1; }
+done
+echo "   baselines took $(( $(date +%s) - started ))s"
+
+echo "== SmolLM2-135M orchestrator (prompted) on the first $ORCH_LIMIT test tasks"
+orch_started=$(date +%s)
+toolorchestra eval --env "$ENV_NAME" --split test --policy orchestrator:smollm2-135m --limit "$ORCH_LIMIT" \
+  --tools "$ORCH_TOOLS" --max-turns "$ORCH_TURNS" --max-tokens "$ORCH_TOKENS" --concurrency "$ORCH_CONCURRENCY" \
+  --out "$OUT/runs/orchestrator_smollm2-135m"
+echo "   orchestrator took $(( $(date +%s) - orch_started ))s"
+
+echo "== report"
+toolorchestra report "$OUT/runs" --out "$OUT/report"
+echo "demo finished in $(( $(date +%s) - started ))s; open $OUT/report/report.html"

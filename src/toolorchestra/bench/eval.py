@@ -1,0 +1,282 @@
+"""The eval runner: run policies over an env's tasks, save scored trajectories, write metrics.
+
+Layout of an output dir:
+- run.json: what was run (env, split, policy spec, seed and the orchestrator settings); a later run
+  into the same dir must match it, and then resumes;
+- trajectories.jsonl: one scored trajectory per line, appended and flushed as each episode ends, so
+  a killed run keeps every finished episode and a rerun skips them;
+- metrics.json: `metrics.summarize` of the policy over the (limited) task list, in task order; for a
+  router sweep, one entry per threshold under "sweep" (report draws them as a curve).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from toolorchestra.agent.trajectory import Trajectory, read_trajectories, write_trajectory
+from toolorchestra.bench.metrics import summarize
+from toolorchestra.bench.policies import OrchestratorPolicy, Policy, parse_policy
+from toolorchestra.envs.base import Env, Task
+from toolorchestra.errors import UserError
+
+LOCAL_ORCHESTRATORS = ("smollm2-135m",)
+TRAJECTORIES = "trajectories.jsonl"
+METRICS = "metrics.json"
+MANIFEST = "run.json"
+
+
+@dataclass
+class EvalRequest:
+    env: str
+    policy: str
+    out: Path
+    split: str = "test"
+    limit: int | None = None
+    concurrency: int = 8
+    seed: int = 0
+    data_dir: Path | None = None
+    config: Path | None = None
+    prefer: str | None = None
+    max_turns: int = 4
+    max_tokens: int = 256
+    tools: list[str] | None = None
+    judge: str | None = None
+    delay_s: float = 0.0
+    progress: bool = True
+
+    def manifest(self) -> dict[str, Any]:
+        """What must match for a rerun into the same dir to resume it."""
+        fields = {"env": self.env, "split": self.split, "policy": self.policy, "seed": self.seed}
+        if self.judge:
+            fields["judge"] = self.judge
+        if self.policy.startswith("orchestrator:"):
+            fields.update(config=str(self.config) if self.config else None, prefer=self.prefer,
+                          max_turns=self.max_turns, max_tokens=self.max_tokens, tools=self.tools)
+        return fields
+
+
+def run_eval(request: EvalRequest) -> dict[str, Any]:
+    """Build env and policies, run what is not done yet, write and return the metrics."""
+    from toolorchestra.envs.registry import make_env
+
+    if request.limit is not None and request.limit < 1:
+        raise UserError(f"--limit {request.limit}: expected a positive number of tasks")
+    if request.concurrency < 1:
+        raise UserError(f"--concurrency {request.concurrency}: expected at least 1")
+    env = make_env(request.env, request.data_dir, **_env_options(request))
+    tasks = env.tasks(request.split)[: request.limit]
+    if not tasks:
+        raise UserError(f"--env {request.env} --split {request.split}: no tasks")
+    if request.tools:
+        offered = sorted(tool.name for tool in env.tools_for(tasks[0]))
+        unknown = [name for name in request.tools if name not in offered]
+        if unknown:
+            raise UserError(f"--tools: unknown tool(s) {', '.join(unknown)}; {request.env} offers {', '.join(offered)}")
+    policies = parse_policy(request.policy, env, seed=request.seed, orchestrator=_orchestrator_factory(request))
+    _claim_dir(request)
+    return asyncio.run(_evaluate_and_close(env, policies, tasks, request))
+
+
+async def _evaluate_and_close(env: Env, policies: list[Policy], tasks: list[Task],
+                              request: EvalRequest) -> dict[str, Any]:
+    try:
+        return await evaluate(env, policies, tasks, request.out, concurrency=request.concurrency,
+                              delay_s=request.delay_s, progress=request.progress,
+                              header={**request.manifest(), "limit": request.limit})
+    finally:
+        for policy in policies:
+            await policy.aclose()
+
+
+def _claim_dir(request: EvalRequest) -> None:
+    request.out.mkdir(parents=True, exist_ok=True)
+    manifest_path = request.out / MANIFEST
+    wanted = request.manifest()
+    if manifest_path.exists():
+        try:
+            existing = json.loads(manifest_path.read_text())
+        except json.JSONDecodeError:
+            existing = None
+        if existing != wanted:
+            raise UserError(f"--out {request.out}: holds a different run ({manifest_path}: {existing}); "
+                            f"this run is {wanted}. Use another --out, or delete the dir to start over.")
+        return
+    if (request.out / TRAJECTORIES).exists():
+        raise UserError(f"--out {request.out}: has {TRAJECTORIES} but no {MANIFEST}; use an empty dir")
+    manifest_path.write_text(json.dumps(wanted, indent=2) + "\n")
+
+
+async def evaluate(env: Env, policies: Sequence[Policy], tasks: Sequence[Task], out: Path, *,
+                   concurrency: int = 8, delay_s: float = 0.0, progress: bool = True,
+                   header: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Run every (policy, task) episode not yet in out/trajectories.jsonl; return the metrics."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / TRAJECTORIES
+    drop_torn_tail(path)
+    done = _finished(path)
+    jobs = [(policy, task) for policy in policies for task in tasks if (policy.name, task.id) not in done]
+    for policy in policies:
+        policy.prepare([task for p, task in jobs if p is policy])
+    limit = asyncio.Semaphore(concurrency)
+    with _progress_bar(progress, total=len(policies) * len(tasks), done=len(policies) * len(tasks) - len(jobs)) as bar:
+
+        async def one(policy: Policy, task: Task) -> None:
+            async with limit:
+                if delay_s:
+                    await asyncio.sleep(delay_s)
+                trajectory = await run_episode(env, policy, task)
+                write_trajectory(path, trajectory)
+                bar.advance(trajectory.correct)
+
+        await asyncio.gather(*(one(policy, task) for policy, task in jobs))
+    metrics = collect_metrics(path, policies, tasks, header or {})
+    (out / METRICS).write_text(json.dumps(metrics, indent=2) + "\n")
+    return metrics
+
+
+async def run_episode(env: Env, policy: Policy, task: Task) -> Trajectory:
+    """One scored episode; a policy that crashes yields an error trajectory, not a failed batch."""
+    from toolorchestra.agent.loop import current_task
+
+    token = current_task.set(task)
+    try:
+        trajectory = await policy.run(task, env.tools_for(task))
+    except Exception as exc:  # recorded, so the run goes on and the report shows the failure
+        trajectory = Trajectory(task_id=task.id, policy=policy.name, question=task.prompt, stop_reason="error",
+                                score_details={"error": f"{exc.__class__.__name__}: {exc}"})
+    finally:
+        current_task.reset(token)
+    scorer = getattr(env, "ascore", None)
+    score = await scorer(task, trajectory) if scorer else env.score(task, trajectory)
+    trajectory.env, trajectory.split, trajectory.policy = env.name, task.split, policy.name
+    trajectory.correct = score.correct
+    trajectory.score_details = {**trajectory.score_details, **score.details}
+    return trajectory
+
+
+def drop_torn_tail(path: Path) -> None:
+    """Cut a last line that a kill left without its newline, so appended lines start clean."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    with open(path, "rb+") as handle:
+        data = handle.read()
+        if data.endswith(b"\n"):
+            return
+        handle.truncate(data.rfind(b"\n") + 1)
+
+
+def _finished(path: Path) -> set[tuple[str, str]]:
+    if not path.exists():
+        return set()
+    return {(trajectory.policy, trajectory.task_id) for trajectory in read_trajectories(path)}
+
+
+def collect_metrics(path: Path, policies: Sequence[Policy], tasks: Sequence[Task],
+                    header: dict[str, Any]) -> dict[str, Any]:
+    """Metrics per policy over `tasks` in task order, from the first saved trajectory of each."""
+    saved: dict[tuple[str, str], Trajectory] = {}
+    for trajectory in read_trajectories(path):
+        saved.setdefault((trajectory.policy, trajectory.task_id), trajectory)
+    entries = []
+    for policy in policies:
+        trajectories = [saved[(policy.name, task.id)] for task in tasks if (policy.name, task.id) in saved]
+        entry: dict[str, Any] = {"policy": policy.name, **summarize(trajectories)}
+        threshold = getattr(policy, "threshold", None)
+        if threshold is not None:
+            entry["threshold"] = threshold
+        entries.append(entry)
+    if len(entries) == 1:
+        return {**header, **entries[0], "policy": entries[0]["policy"], "spec": header.get("policy")}
+    return {**header, "kind": "sweep", "spec": header.get("policy"), "sweep": entries}
+
+
+def _env_options(request: EvalRequest) -> dict[str, Any]:
+    """--judge NAME: an LLM grader (a model of --config) for free-text FRAMES answers."""
+    if not request.judge:
+        return {}
+    if request.env != "replay:frames":
+        raise UserError(f"--judge applies to replay:frames free-text answers, not to {request.env}")
+    if request.config is None:
+        raise UserError("--judge NAME needs --config CATALOG naming that model (e.g. an OpenAI-compatible server)")
+    from toolorchestra.backends.pool import ModelPool
+    from toolorchestra.catalog import load_catalog
+    from toolorchestra.envs.replay.judge import LLMJudge
+
+    catalog = load_catalog(request.config)
+    names = [spec.name for spec in catalog.models]
+    if request.judge not in names:
+        raise UserError(f"--judge {request.judge}: no such model in --config {request.config}; its models are "
+                        f"{', '.join(names)}")
+    return {"judge": LLMJudge(ModelPool(catalog.models).backend(request.judge))}
+
+
+def _orchestrator_factory(request: EvalRequest) -> Callable[[str], Policy]:
+    def build(model: str) -> Policy:
+        from toolorchestra.agent.preference import Preference
+        from toolorchestra.backends.pool import ModelPool, make_backend
+        from toolorchestra.catalog.schema import LatencyPrior, LocalBackendSpec, ModelSpec, Price
+
+        preference = Preference.parse(request.prefer)
+        if request.config is not None:
+            from toolorchestra.catalog import load_catalog
+
+            catalog = load_catalog(request.config)
+            names = [spec.name for spec in catalog.models]
+            if model not in names:
+                raise UserError(f"--policy orchestrator:{model}: no model {model!r} in --config {request.config}; "
+                                f"its models are {', '.join(names)}")
+            spec = catalog.model(model)
+            backend = ModelPool(catalog.models).backend(model)
+        elif model in LOCAL_ORCHESTRATORS or Path(model).exists():
+            spec = ModelSpec(name=model, backend=LocalBackendSpec(path=model), price=Price(),
+                             latency=LatencyPrior(overhead_s=0.05, output_tokens_per_s=25.0))
+            backend = make_backend(spec)
+        else:
+            raise UserError(f"--policy orchestrator:{model}: unknown orchestrator model; valid: "
+                            f"{', '.join(LOCAL_ORCHESTRATORS)} (embedded), a local model path or .gguf file, "
+                            "or a model named in --config CATALOG (e.g. an OpenAI-compatible server)")
+        return OrchestratorPolicy(f"orchestrator:{model}", backend, model_name=model, price=spec.price,
+                                  preference=preference, max_turns=request.max_turns, max_tokens=request.max_tokens,
+                                  tools=request.tools)
+
+    return build
+
+
+class _Bar:
+    """A rich progress bar that also shows the running accuracy."""
+
+    def __init__(self, enabled: bool, total: int, done: int) -> None:
+        self.enabled = enabled
+        self.total, self.done, self.correct, self.new = total, done, 0, 0
+        self._progress: Any = None
+
+    def __enter__(self) -> _Bar:
+        if self.enabled:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
+                TimeRemainingColumn
+
+            self._progress = Progress(TextColumn("[bold]eval"), BarColumn(), MofNCompleteColumn(),
+                                      TextColumn("{task.fields[accuracy]}"), TimeElapsedColumn(),
+                                      TimeRemainingColumn(), transient=False)
+            self._progress.start()
+            self._task = self._progress.add_task("eval", total=self.total, completed=self.done, accuracy="")
+        return self
+
+    def advance(self, correct: bool | None) -> None:
+        self.new += 1
+        self.correct += bool(correct)
+        if self._progress is not None:
+            self._progress.update(self._task, advance=1, accuracy=f"acc {self.correct / self.new:.3f} (this run)")
+
+    def __exit__(self, *exc: object) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+
+
+def _progress_bar(enabled: bool, total: int, done: int) -> _Bar:
+    return _Bar(enabled, total, done)
+

@@ -1,0 +1,398 @@
+"""Policies that solve a task with the env's tools: baselines and the orchestrator.
+
+Every policy returns a `Trajectory` built from `Step`s of the same tool calls the orchestrator makes
+(`expert` and `answer` over the env's model pool), so cost, latency and scoring are shared. The
+baselines that choose among recorded models (per-subtask, cascade, router, oracle, cheapest) need
+the world's recorded outcomes (`RecordedWorld`, which the replay envs are); their parameters are fit
+on the train split only, except the oracle's, which peeks at the test records by design (upper bound).
+
+Policy specs (`parse_policy`): single:MODEL, random, cheapest, per-subtask, cascade[:LAMBDA],
+router[:THRESHOLD] (no threshold: a sweep, one policy per threshold), oracle, orchestrator:MODEL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+from toolorchestra.agent.preference import Preference
+from toolorchestra.agent.trajectory import Step, Trajectory
+from toolorchestra.backends.base import Backend, ToolCall
+from toolorchestra.catalog.schema import Price
+from toolorchestra.envs.base import Env, Task
+from toolorchestra.errors import UserError
+from toolorchestra.tools.base import Tool, ToolContext, ToolResult
+
+POLICY_FORMS = ("single:MODEL", "random", "cheapest", "per-subtask", "cascade[:LAMBDA]", "router[:THRESHOLD]",
+                "oracle", "orchestrator:MODEL")
+DEFAULT_CASCADE_LAMBDA = 0.1
+MIN_SUBTASK_TRAIN = 30  # fewer train tasks than this: a subtask uses the parameters fit on all of train
+
+
+@runtime_checkable
+class RecordedWorld(Protocol):
+    """An env that knows every model's recorded outcome on every task (the replay worlds)."""
+
+    def models(self) -> list[str]: ...
+
+    def label(self, model: str) -> str: ...
+
+    def record(self, task_id: str, model: str) -> Any: ...
+
+    def call_cost(self, task: Task, model: str) -> float: ...
+
+    def answer_key(self, task: Task, text: str) -> str | None: ...
+
+
+class Policy(ABC):
+    """Solves one task with the given tools; `name` is its spec, stored in every trajectory."""
+
+    name: str
+
+    def prepare(self, tasks: Sequence[Task]) -> None:
+        """Precompute what the policy needs for these tasks (e.g. batched router predictions)."""
+
+    @abstractmethod
+    async def run(self, task: Task, tools: list[Tool]) -> Trajectory:
+        """One episode."""
+
+    async def aclose(self) -> None:
+        """Release models or connections."""
+
+
+class ScriptedEpisode:
+    """Records scripted tool calls exactly as the orchestrator loop records its calls."""
+
+    def __init__(self, task: Task, tools: list[Tool], policy: str) -> None:
+        self.task = task
+        self.tools = {tool.name: tool for tool in tools}
+        self.trajectory = Trajectory(task_id=task.id, split=task.split, policy=policy, question=task.prompt)
+        self.turn = 0
+
+    async def calls(self, *calls: tuple[str, dict[str, Any]]) -> list[ToolResult]:
+        """One turn: run the calls concurrently; the turn lasts as long as its slowest call."""
+        tool_calls = [ToolCall(id=f"call_{self.turn}_{index}", name=name, arguments=arguments)
+                      for index, (name, arguments) in enumerate(calls)]
+        context = ToolContext(task=self.task, messages=list(self.trajectory.messages))
+        results = list(await asyncio.gather(*(self._run(call, context) for call in tool_calls)))
+        self.trajectory.messages.append(
+            {"role": "assistant", "content": "", "tool_calls": [call.to_openai() for call in tool_calls]})
+        for call, result in zip(tool_calls, results):
+            self.trajectory.steps.append(Step(
+                turn=self.turn, kind="tool", name=call.name, model=result.model, label=result.label,
+                arguments=call.arguments, output=result.observation(), prompt_tokens=result.prompt_tokens,
+                completion_tokens=result.completion_tokens, cost_usd=result.cost_usd, latency_s=result.latency_s,
+                error=result.error,
+            ))
+            self.trajectory.messages.append(
+                {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": result.observation()})
+            if result.final and self.trajectory.final_answer is None:
+                self.trajectory.final_answer = result.answer
+                self.trajectory.answered_by = result.model
+        self.trajectory.latency_s += max(result.latency_s for result in results)
+        self.turn += 1
+        return results
+
+    async def _run(self, call: ToolCall, context: ToolContext) -> ToolResult:
+        tool = self.tools.get(call.name)
+        if tool is None:
+            return ToolResult(error=f"unknown tool {call.name!r}; available: {sorted(self.tools)}")
+        try:
+            return await tool.run(call.arguments, context)
+        except Exception as exc:  # as in the loop: a tool failure is recorded, not raised
+            return ToolResult(error=f"tool {call.name} failed: {exc.__class__.__name__}: {exc}")
+
+    def finish(self) -> Trajectory:
+        self.trajectory.stop_reason = "answer" if self.trajectory.final_answer is not None else "error"
+        return self.trajectory
+
+
+class ChooseModelPolicy(Policy):
+    """Answers with one model chosen per task: `answer(model=...)`, one call, its recorded cost."""
+
+    def __init__(self, name: str, world: RecordedWorld, choose: Callable[[Task], str]) -> None:
+        self.name = name
+        self.world = world
+        self._choose = choose
+
+    async def run(self, task: Task, tools: list[Tool]) -> Trajectory:
+        episode = ScriptedEpisode(task, tools, self.name)
+        await episode.calls(("answer", {"model": self.world.label(self._choose(task))}))
+        return episode.finish()
+
+
+@dataclass(frozen=True)
+class CascadeParams:
+    """Ask `first` and `check` together; if their answers agree keep `first`'s, else let `escalate`
+    answer. `check` None: no check, `first` answers alone."""
+
+    first: str
+    check: str | None = None
+    escalate: str | None = None
+
+
+class CascadePolicy(Policy):
+    def __init__(self, name: str, world: RecordedWorld, params: dict[str | None, CascadeParams],
+                 fallback: CascadeParams) -> None:
+        self.name = name
+        self.world = world
+        self.params = params
+        self.fallback = fallback
+
+    def params_for(self, task: Task) -> CascadeParams:
+        return self.params.get(task.subtask, self.fallback)
+
+    async def run(self, task: Task, tools: list[Tool]) -> Trajectory:
+        params = self.params_for(task)
+        episode = ScriptedEpisode(task, tools, self.name)
+        label = self.world.label
+        if params.check is None or params.escalate is None:
+            await episode.calls(("answer", {"model": label(params.first)}))
+            return episode.finish()
+        first, check = await episode.calls(
+            ("expert", {"model": label(params.first), "question": task.prompt}),
+            ("expert", {"model": label(params.check), "question": task.prompt}),
+        )
+        key = None if first.error else self.world.answer_key(task, first.output)
+        if key is not None and not check.error and key == self.world.answer_key(task, check.output):
+            await episode.calls(("answer", {"answer": first.output}))
+        else:
+            await episode.calls(("answer", {"model": label(params.escalate)}))
+        return episode.finish()
+
+
+class RouterPolicy(Policy):
+    def __init__(self, name: str, world: RecordedWorld, router: Any, threshold: float) -> None:
+        self.name = name
+        self.world = world
+        self.router = router
+        self.threshold = threshold
+        self._probabilities: dict[str, np.ndarray] = {}
+
+    def prepare(self, tasks: Sequence[Task]) -> None:
+        missing = [task for task in tasks if task.id not in self._probabilities]
+        if missing:
+            for task, row in zip(missing, self.router.predict(missing)):
+                self._probabilities[task.id] = row
+
+    async def run(self, task: Task, tools: list[Tool]) -> Trajectory:
+        self.prepare([task])
+        model = self.router.choose(self._probabilities[task.id], self.threshold)
+        episode = ScriptedEpisode(task, tools, self.name)
+        await episode.calls(("answer", {"model": self.world.label(model)}))
+        return episode.finish()
+
+
+# --- outcomes of the train split, the basis of every fitted baseline ---------------------------
+@dataclass
+class Outcomes:
+    tasks: list[Task]
+    models: list[str]
+    correct: np.ndarray  # (tasks, models) bool
+    cost: np.ndarray  # (tasks, models) dollars per call
+    keys: np.ndarray  # (tasks, models) int answer ids; equal ids = same answer; negative = not comparable
+
+    def subset(self, rows: np.ndarray) -> Outcomes:
+        return Outcomes([self.tasks[i] for i in rows], self.models, self.correct[rows], self.cost[rows],
+                        self.keys[rows])
+
+
+def outcomes(world: RecordedWorld, tasks: Sequence[Task]) -> Outcomes:
+    models = world.models()
+    correct = np.zeros((len(tasks), len(models)), dtype=bool)
+    cost = np.zeros((len(tasks), len(models)))
+    keys = np.zeros((len(tasks), len(models)), dtype=np.int64)
+    for row, task in enumerate(tasks):
+        ids: dict[str, int] = {}
+        for column, model in enumerate(models):
+            record = world.record(task.id, model)
+            correct[row, column] = record.correct
+            cost[row, column] = world.call_cost(task, model)
+            key = world.answer_key(task, record.response)
+            keys[row, column] = -1 - column if key is None else ids.setdefault(key, len(ids))
+    return Outcomes(list(tasks), models, correct, cost, keys)
+
+
+def _cheapest_model(train: Outcomes) -> str:
+    return train.models[int(np.argmin(train.cost.mean(axis=0)))]
+
+
+def _best_model(train: Outcomes) -> str:
+    """Most accurate on `train`; ties go to the cheaper model."""
+    accuracy = train.correct.mean(axis=0)
+    mean_cost = train.cost.mean(axis=0)
+    order = sorted(range(len(train.models)), key=lambda j: (-accuracy[j], mean_cost[j]))
+    return train.models[order[0]]
+
+
+def _by_subtask(train: Outcomes) -> dict[str | None, np.ndarray]:
+    groups: dict[str | None, list[int]] = {}
+    for row, task in enumerate(train.tasks):
+        groups.setdefault(task.subtask, []).append(row)
+    return {name: np.asarray(rows) for name, rows in groups.items() if len(rows) >= MIN_SUBTASK_TRAIN}
+
+
+def fit_cascade(train: Outcomes, penalty: float, reference_cost: float) -> CascadeParams:
+    """The cascade with the best train utility: accuracy - penalty * mean cost / reference_cost.
+
+    Candidates: every single model alone, and every (first, check, escalate) of distinct models with
+    `first` the cheaper of the pair that must agree.
+    """
+    accuracy = train.correct.mean(axis=0)
+    mean_cost = train.cost.mean(axis=0)
+    scale = penalty / reference_cost if reference_cost > 0 else 0.0
+    utility = accuracy - scale * mean_cost
+    best_index = int(np.argmax(utility))
+    best = (float(utility[best_index]), CascadeParams(first=train.models[best_index]))
+    count = len(train.models)
+    for first in range(count):
+        for check in range(count):
+            if check == first or (mean_cost[check], check) < (mean_cost[first], first):
+                continue
+            agree = (train.keys[:, first] == train.keys[:, check]) & (train.keys[:, first] >= 0)
+            kept = agree[:, None]
+            cascade_accuracy = np.where(kept, train.correct[:, [first]], train.correct).mean(axis=0)
+            cascade_cost = (train.cost[:, first] + train.cost[:, check]).mean() + np.where(kept, 0.0, train.cost).mean(axis=0)
+            cascade_utility = cascade_accuracy - scale * cascade_cost
+            cascade_utility[[first, check]] = -np.inf
+            escalate = int(np.argmax(cascade_utility))
+            if cascade_utility[escalate] > best[0] + 1e-12:
+                best = (float(cascade_utility[escalate]), CascadeParams(
+                    first=train.models[first], check=train.models[check], escalate=train.models[escalate]))
+    return best[1]
+
+
+# --- building policies from specs ---------------------------------------------------------------
+OrchestratorFactory = Callable[[str], Policy]
+
+
+def parse_policy(spec: str, env: Env, *, seed: int = 0,
+                 orchestrator: OrchestratorFactory | None = None) -> list[Policy]:
+    """The policies a --policy spec names (a router sweep gives one per threshold)."""
+    kind, _, argument = spec.partition(":")
+    if kind == "orchestrator":
+        if not argument:
+            raise UserError("--policy orchestrator:MODEL needs the orchestrator model, e.g. orchestrator:smollm2-135m")
+        if orchestrator is None:
+            raise UserError("--policy orchestrator:MODEL is not available here")
+        return [orchestrator(argument)]
+    if kind not in {"single", "random", "cheapest", "per-subtask", "cascade", "router", "oracle"}:
+        raise UserError(f"--policy {spec!r}: unknown policy; valid: {', '.join(POLICY_FORMS)}")
+    if not isinstance(env, RecordedWorld):
+        raise UserError(f"--policy {spec!r} needs recorded model outcomes, which env {env.name!r} does not have; "
+                        "use orchestrator:MODEL")
+    models = env.models()
+    if kind == "single":
+        if argument not in models:
+            raise UserError(f"--policy {spec!r}: unknown model {argument!r}; valid models of {env.name}: "
+                            f"{', '.join(models)}")
+        return [ChooseModelPolicy(spec, env, lambda task: argument)]
+    if kind == "random":
+        _no_argument(spec, argument)
+        return [ChooseModelPolicy(spec, env, lambda task: random.Random(f"{seed}:{task.id}").choice(models))]
+    if kind == "oracle":
+        _no_argument(spec, argument)
+        return [ChooseModelPolicy(spec, env, lambda task: _oracle_choice(env, task))]
+    train = outcomes(env, env.tasks("train"))
+    if kind == "cheapest":
+        _no_argument(spec, argument)
+        cheapest = _cheapest_model(train)
+        return [ChooseModelPolicy(spec, env, lambda task: cheapest)]
+    if kind == "per-subtask":
+        _no_argument(spec, argument)
+        overall = _best_model(train)
+        best = {name: _best_model(train.subset(rows)) for name, rows in _by_subtask(train).items()}
+        return [ChooseModelPolicy(spec, env, lambda task: best.get(task.subtask, overall))]
+    if kind == "cascade":
+        penalty = _number(spec, argument, DEFAULT_CASCADE_LAMBDA, "LAMBDA")
+        reference = float(train.cost[:, train.models.index(_best_model(train))].mean())
+        overall_params = fit_cascade(train, penalty, reference)
+        per_subtask = {name: fit_cascade(train.subset(rows), penalty, reference)
+                       for name, rows in _by_subtask(train).items()}
+        return [CascadePolicy(spec, env, per_subtask, overall_params)]
+    return _router_policies(spec, argument, env, train, seed)
+
+
+def _router_policies(spec: str, argument: str, world: RecordedWorld, train: Outcomes, seed: int) -> list[Policy]:
+    from toolorchestra.bench.router import SWEEP, CorrectnessRouter
+
+    thresholds = [_number(spec, argument, 0.0, "THRESHOLD")] if argument else list(SWEEP)
+    if any(value < 0 for value in thresholds):
+        raise UserError(f"--policy {spec!r}: THRESHOLD must be >= 0")
+    reference = float(train.cost[:, train.models.index(_best_model(train))].mean())
+    router = CorrectnessRouter(train.models, train.cost.mean(axis=0), reference, seed=seed)
+    router.fit(train.tasks, train.correct)
+    return [RouterPolicy(f"router:{value:g}", world, router, value) for value in thresholds]
+
+
+def _oracle_choice(world: RecordedWorld, task: Task) -> str:
+    """The cheapest model that was right; when none was, the cheapest model."""
+    models = world.models()
+    right = [model for model in models if world.record(task.id, model).correct]
+    return min(right or models, key=lambda model: world.call_cost(task, model))
+
+
+def _no_argument(spec: str, argument: str) -> None:
+    if argument:
+        raise UserError(f"--policy {spec!r}: this policy takes no ':' argument; valid: {', '.join(POLICY_FORMS)}")
+
+
+def _number(spec: str, argument: str, default: float, what: str) -> float:
+    if not argument:
+        return default
+    try:
+        return float(argument)
+    except ValueError:
+        raise UserError(f"--policy {spec!r}: {what} {argument!r} is not a number") from None
+
+
+class OrchestratorPolicy(Policy):
+    """The orchestrator loop itself, with `backend` as the orchestrator model.
+
+    With `short_prompt`, the orchestrator is shown the task's question without its few-shot
+    exemplars (`task.meta["query"]`, RouterBench); recorded experts still answer the full prompt.
+    `tools`: names of the env's tools to offer (None: all); fewer tools make a shorter prompt.
+    """
+
+    def __init__(self, name: str, backend: Backend, *, model_name: str, price: Price | None = None,
+                 preference: Preference | None = None,
+                 max_turns: int = 4, max_tokens: int = 256, temperature: float = 0.0,
+                 short_prompt: bool = True, tools: Sequence[str] | None = None) -> None:
+        self.name = name
+        self.backend = backend
+        self.model_name = model_name
+        self.price = price
+        self.preference = preference
+        self.max_turns = max_turns
+        self.max_tokens = max_tokens
+        self.temperature = temperature
+        self.short_prompt = short_prompt
+        self.tool_names = list(tools) if tools else None
+
+    async def run(self, task: Task, tools: list[Tool]) -> Trajectory:
+        from toolorchestra.agent.loop import Orchestrator
+
+        if self.tool_names is not None:
+            available = {tool.name for tool in tools}
+            unknown = [name for name in self.tool_names if name not in available]
+            if unknown:
+                raise UserError(f"--tools {','.join(self.tool_names)}: unknown tool(s) {unknown}; "
+                                f"the env offers {sorted(available)}")
+            tools = [tool for tool in tools if tool.name in self.tool_names]
+        shown = task
+        if self.short_prompt and task.meta.get("query"):
+            shown = task.model_copy(update={"prompt": str(task.meta["query"])})
+        orchestrator = Orchestrator(self.backend, tools, model_name=self.model_name, price=self.price,
+                                    preference=self.preference, max_turns=self.max_turns,
+                                    max_tokens=self.max_tokens, temperature=self.temperature)
+        trajectory = await orchestrator.run(shown)
+        trajectory.policy = self.name
+        return trajectory
+
+    async def aclose(self) -> None:
+        await self.backend.aclose()

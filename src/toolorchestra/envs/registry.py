@@ -1,0 +1,56 @@
+"""Environment names -> environments, and where their data lives.
+
+`make_env("replay:routerbench")` builds an Env. The data dir is, in order: the `data_dir` argument
+(the CLI's --data-dir), $TOOLORCHESTRA_DATA, or ../shared/data relative to the working directory.
+Env modules are imported only when their env is built, so listing names stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+from toolorchestra.envs.base import Env
+from toolorchestra.errors import UserError
+
+DEFAULT_DATA_DIR = Path("../shared/data")
+DATA_ENV_VAR = "TOOLORCHESTRA_DATA"
+
+# name -> (module, class); each class takes the data dir as its first argument.
+ENVS: dict[str, tuple[str, str]] = {
+    "replay:routerbench": ("toolorchestra.envs.replay.routerbench", "RouterBenchEnv"),
+    "replay:frames": ("toolorchestra.envs.replay.frames", "FramesEnv"),
+}
+
+
+def env_names() -> list[str]:
+    return sorted(ENVS)
+
+
+def register_env(name: str, module: str, class_name: str) -> None:
+    """Make another environment available by name (later environments register here)."""
+    ENVS[name] = (module, class_name)
+
+
+def resolve_data_dir(data_dir: Path | str | None = None) -> Path:
+    chosen = data_dir or os.environ.get(DATA_ENV_VAR) or DEFAULT_DATA_DIR
+    path = Path(chosen).expanduser()
+    if not path.is_dir():
+        source = "--data-dir" if data_dir else (DATA_ENV_VAR if os.environ.get(DATA_ENV_VAR) else "default data dir")
+        raise UserError(f"{source} {path}: directory not found (set --data-dir or ${DATA_ENV_VAR} to the shared data)")
+    return path.resolve()
+
+
+def env_class(name: str) -> Callable[..., Env]:
+    if name not in ENVS:
+        raise UserError(f"--env {name!r}: unknown environment; valid: {', '.join(env_names())}")
+    module, class_name = ENVS[name]
+    return getattr(importlib.import_module(module), class_name)
+
+
+def make_env(name: str, data_dir: Path | str | None = None, **options: Any) -> Env:
+    """Build environment `name` over the data dir (see module docstring)."""
+    factory = env_class(name)
+    return factory(resolve_data_dir(data_dir), **options)

@@ -1,0 +1,200 @@
+"""What every replay world shares: recorded answers, the replay backend, and the replay environment.
+
+A replay world holds, per prompt, what each of several real models answered, whether that was right,
+and what it cost. `ReplayEnv` offers the orchestrator an `expert` and an `answer` tool over a
+`ModelPool` whose backends are `ReplayBackend`s, so episodes run through exactly the code of a live
+pool: the backend looks up the episode's task (the `current_task` contextvar that Orchestrator.run
+sets) and returns the recorded response with token usage, the recorded or priced dollar cost and a
+simulated latency. The question the orchestrator writes does not change the answer: a recorded model
+can only give what it gave for the task's original prompt.
+
+Scoring a finished trajectory: a final answer that *is* one of the recorded responses (compared with
+whitespace and end-of-text markers ignored) inherits that response's recorded grade; any other text
+goes to the world's own judge (`judge_text`).
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from toolorchestra.backends.base import Backend, Completion, Message, Usage
+from toolorchestra.backends.pool import ModelPool
+from toolorchestra.catalog.schema import ModelSpec
+from toolorchestra.envs.base import Env, Score, Task
+from toolorchestra.envs.replay.judge import strip_special_tokens
+from toolorchestra.envs.replay.tokens import count_tokens
+from toolorchestra.errors import BackendError, UserError
+from toolorchestra.tools.llm import AnswerTool, ExpertTool
+
+if TYPE_CHECKING:
+    from toolorchestra.agent.trajectory import Trajectory
+    from toolorchestra.tools.base import Tool
+
+SPLITS = ("train", "test")
+
+EXPERT_DESCRIPTION = "Ask a model the task; returns its answer."
+ANSWER_DESCRIPTION = "Finish: give 'answer' text, or name a 'model' to answer for you."
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """One model's recorded answer to one prompt."""
+
+    response: str
+    correct: bool
+    cost_usd: float | None = None  # measured dollars (RouterBench); None: priced from tokens
+    output_tokens: int | None = None  # measured output tokens (FRAMES); None: counted from the text
+    grade: str | None = None  # FRAMES: A correct, B incorrect, C not attempted
+
+
+@dataclass
+class ReplayData:
+    """A parsed world: tasks per split and, per task id, every model's recorded answer."""
+
+    world: str
+    models: list[str]
+    tasks: dict[str, list[Task]]
+    records: dict[str, dict[str, Recorded]]
+    dropped: dict[str, int] = field(default_factory=dict)  # split -> prompts left out for missing cells
+
+
+def answer_identity(text: str) -> str:
+    """The form in which a final answer is compared with recorded responses."""
+    return " ".join(strip_special_tokens(text).split())
+
+
+class ReplayBackend(Backend):
+    """Answers for one recorded model: its response to the current task, with usage, cost and latency."""
+
+    def __init__(self, env: ReplayEnv, spec: ModelSpec) -> None:
+        self.env = env
+        self.spec = spec
+        self.name = spec.name
+        self.model = spec.backend.model if spec.backend.type == "replay" else spec.name
+
+    async def complete(self, messages: list[Message], tools: list[dict[str, Any]] | None = None, *,
+                       max_tokens: int = 512, temperature: float = 0.0, top_p: float = 1.0,
+                       seed: int | None = None) -> Completion:
+        from toolorchestra.agent.loop import current_task
+
+        current = current_task.get()
+        if current is None:
+            raise BackendError(f"replay model {self.model!r} answers only inside an episode (no current task)")
+        # The world's own task: a policy may have shown the orchestrator a shortened prompt.
+        task = self.env.task(current.id)
+        record = self.env.record(task.id, self.model)
+        output_tokens = self.env.output_tokens(task, self.model)
+        return Completion(
+            text=record.response,
+            usage=Usage(prompt_tokens=self.env.input_tokens(task), completion_tokens=output_tokens),
+            latency_s=self.spec.latency.seconds(output_tokens),
+            model=self.spec.name,
+            cost_usd=record.cost_usd,
+        )
+
+
+class ReplayEnv(Env):
+    """A replay world as an environment. Subclasses build the data and the model specs."""
+
+    name = "replay"
+
+    def __init__(self, data: ReplayData, specs: list[ModelSpec], labels: dict[str, str] | None = None) -> None:
+        """`labels`: model name -> the short label the orchestrator uses (default: the name itself);
+        short labels keep the orchestrator's prompt small."""
+        self.data = data
+        self.specs = {spec.name: spec for spec in specs}
+        self.pool = ModelPool(specs, backends={spec.name: ReplayBackend(self, spec) for spec in specs})
+        self._label_of = {model: (labels or {}).get(model, model) for model in data.models}
+        by_label = {label: model for model, label in self._label_of.items()}
+        if len(by_label) != len(self._label_of):
+            raise ValueError(f"{self.name}: model labels are not unique: {self._label_of}")
+        self._tools: list[Tool] = [
+            ExpertTool("expert", EXPERT_DESCRIPTION, by_label, self.pool),
+            AnswerTool("answer", ANSWER_DESCRIPTION, by_label, self.pool),
+        ]
+        self._by_id = {task.id: task for tasks in data.tasks.values() for task in tasks}
+
+    # --- the Env interface -------------------------------------------------------------------
+    def tasks(self, split: str) -> list[Task]:
+        if split not in self.data.tasks:
+            raise UserError(f"--split {split!r}: {self.name} has splits {sorted(self.data.tasks)}")
+        return list(self.data.tasks[split])
+
+    def tools_for(self, task: Task) -> list[Tool]:
+        return list(self._tools)
+
+    def score(self, task: Task, trajectory: Trajectory) -> Score:
+        details: dict[str, Any] = {"subtask": task.subtask}
+        answer = trajectory.final_answer
+        if answer is None:
+            return Score(correct=False, details={**details, "method": "no_answer"})
+        inherited = self.inherited_from(task, answer, trajectory.answered_by)
+        if inherited is not None:
+            record = self.record(task.id, inherited)
+            return Score(correct=record.correct, details={**details, "method": "inherit", "model": inherited,
+                                                          **({"grade": record.grade} if record.grade else {})})
+        judged = self.judge_text(task, answer)
+        return Score(correct=judged.correct, details={**details, **judged.details})
+
+    async def ascore(self, task: Task, trajectory: Trajectory) -> Score:
+        """Score, possibly with an async judge; the replay judges are synchronous."""
+        return self.score(task, trajectory)
+
+    # --- recorded data ----------------------------------------------------------------------
+    @property
+    def world(self) -> str:
+        return self.data.world
+
+    def models(self) -> list[str]:
+        return list(self.data.models)
+
+    def label(self, model: str) -> str:
+        """The label under which the tools offer `model`."""
+        return self._label_of[model]
+
+    def task(self, task_id: str) -> Task:
+        try:
+            return self._by_id[task_id]
+        except KeyError:
+            raise UserError(f"{self.name}: no task with id {task_id!r}") from None
+
+    def record(self, task_id: str, model: str) -> Recorded:
+        try:
+            return self.data.records[task_id][model]
+        except KeyError:
+            raise BackendError(f"{self.name}: no recorded answer of model {model!r} to task {task_id!r}") from None
+
+    def input_tokens(self, task: Task) -> int:
+        return count_tokens(task.prompt)
+
+    def output_tokens(self, task: Task, model: str) -> int:
+        record = self.record(task.id, model)
+        return record.output_tokens if record.output_tokens is not None else count_tokens(record.response)
+
+    def call_cost(self, task: Task, model: str) -> float:
+        """Dollars one call of `model` on `task` is charged (what the replay backend reports)."""
+        record = self.record(task.id, model)
+        if record.cost_usd is not None:
+            return record.cost_usd
+        return self.specs[model].price.cost(self.input_tokens(task), self.output_tokens(task, model))
+
+    def inherited_from(self, task: Task, answer: str, answered_by: str | None) -> str | None:
+        """The model whose recorded response the answer is, preferring the model that gave it."""
+        wanted = answer_identity(answer)
+        records = self.data.records[task.id]
+        candidates = ([answered_by] if answered_by in records else []) + list(records)
+        for model in candidates:
+            if answer_identity(records[model].response) == wanted:
+                return model
+        return None
+
+    # --- world-specific -----------------------------------------------------------------------
+    @abstractmethod
+    def judge_text(self, task: Task, answer: str) -> Score:
+        """Judge a final answer that is not a recorded response."""
+
+    @abstractmethod
+    def answer_key(self, task: Task, text: str) -> str | None:
+        """The answer a response commits to, for comparing two responses; None when not comparable."""

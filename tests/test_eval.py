@@ -1,0 +1,214 @@
+"""`toolorchestra eval`: baselines through the real replay tools, metrics, resume after SIGKILL, errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from toolorchestra.agent.trajectory import read_trajectories
+from toolorchestra.backends.base import Backend, Completion, ToolCall, Usage
+from toolorchestra.bench.eval import EvalRequest, evaluate, run_eval
+from toolorchestra.bench.policies import OrchestratorPolicy, parse_policy
+from toolorchestra.bench.router import SWEEP
+from toolorchestra.envs.registry import make_env
+from toolorchestra.errors import UserError
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = (REPO / ".." / "shared" / "data").resolve()
+TOOLORCHESTRA = Path(sys.executable).parent / "toolorchestra"
+GPT4 = "gpt-4-1106-preview"
+
+
+@pytest.fixture(autouse=True)
+def _needs_data():
+    if not DATA.exists():
+        if os.environ.get("CI"):
+            pytest.fail(f"CI needs the shared data beside the repo at {DATA}")
+        pytest.skip(f"shared data not found at {DATA}")
+
+
+def _eval(tmp_path: Path, policy: str, env: str = "replay:routerbench", **options: Any) -> dict[str, Any]:
+    out = tmp_path / policy.replace(":", "_").replace("/", "_")
+    return run_eval(EvalRequest(env=env, policy=policy, out=out, data_dir=DATA, progress=False, **options))
+
+
+def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([str(TOOLORCHESTRA), *args, "--data-dir", str(DATA), "--no-progress"],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_single_gpt4_and_oracle_on_routerbench_test(tmp_path):
+    single = _eval(tmp_path, f"single:{GPT4}")
+    assert (single["n"], single["correct"], round(single["accuracy"], 4), round(single["cost_usd"], 4)) == \
+        (945, 831, 0.8794, 4.7282)
+    assert single["calls_per_model"] == {GPT4: 945} and single["calls_per_tool"] == {"answer": 945}
+    assert single["scoring"] == {"inherit": 945}
+    assert set(single["per_subtask"]) == {"arc-challenge", "mbpp", "winogrande"}
+    assert sum(entry["correct"] for entry in single["per_subtask"].values()) == 831
+    assert 0 < single["latency_s"]["p50"] <= single["latency_s"]["p95"] <= single["latency_s"]["max"]
+    oracle = _eval(tmp_path, "oracle")
+    assert (oracle["correct"], round(oracle["accuracy"], 4), round(oracle["cost_usd"], 4)) == (922, 0.9757, 0.1995)
+    trajectories = list(read_trajectories(tmp_path / "oracle" / "trajectories.jsonl"))
+    assert len(trajectories) == 945 and all(t.policy == "oracle" and t.env == "replay:routerbench" for t in trajectories)
+
+
+def test_frames_single_sonnet(tmp_path):
+    metrics = _eval(tmp_path, "single:claude-sonnet4_frames_budget4096", env="replay:frames")
+    assert (metrics["n"], metrics["correct"], round(metrics["accuracy"], 4)) == (412, 224, 0.5437)
+    assert metrics["cost_usd"] > 0 and metrics["tokens"]["tools_completion"] > 0
+
+
+def test_cascade_and_router_run_fitted_on_train(tmp_path):
+    cheapest = _eval(tmp_path, "cheapest")
+    oracle = _eval(tmp_path, "oracle")
+    cascade = _eval(tmp_path, "cascade")
+    assert cheapest["accuracy"] < cascade["accuracy"] < oracle["accuracy"]
+    assert cascade["calls_per_tool"]["expert"] > 0  # it consulted the cheap pair
+    sweep = _eval(tmp_path, "router")
+    points = sweep["sweep"]
+    assert sweep["kind"] == "sweep" and [p["threshold"] for p in points] == list(SWEEP)
+    assert all(point["n"] == 945 for point in points)
+    # threshold 0 buys the most likely model, a high threshold the cheapest
+    assert points[0]["cost_usd"] > points[-1]["cost_usd"] and points[0]["accuracy"] > points[-1]["accuracy"]
+    single = _eval(tmp_path, "router:0.3")
+    assert single["policy"] == "router:0.3" and single["accuracy"] == points[SWEEP.index(0.3)]["accuracy"]
+
+
+def test_random_per_subtask_and_concurrency_are_deterministic(tmp_path):
+    first = _eval(tmp_path / "a", "random", limit=120, seed=3, concurrency=1)
+    second = _eval(tmp_path / "b", "random", limit=120, seed=3, concurrency=16)
+    assert {k: v for k, v in first.items() if k != "limit"} == {k: v for k, v in second.items() if k != "limit"}
+    assert len(first["calls_per_model"]) > 5
+    other_seed = _eval(tmp_path / "c", "random", limit=120, seed=4)
+    assert other_seed["calls_per_model"] != first["calls_per_model"]
+    per_subtask = _eval(tmp_path, "per-subtask", limit=120)
+    assert per_subtask["n"] == 120 and per_subtask["accuracy"] > first["accuracy"]
+
+
+def test_policy_parsing_errors_list_valid_values():
+    env = make_env("replay:routerbench", DATA)
+    with pytest.raises(UserError, match="valid: single:MODEL, random, cheapest"):
+        parse_policy("best", env)
+    with pytest.raises(UserError, match="gpt-4-1106-preview"):
+        parse_policy("single:gpt-5", env)
+    with pytest.raises(UserError, match="THRESHOLD"):
+        parse_policy("router:high", env)
+    with pytest.raises(UserError, match="takes no"):
+        parse_policy("oracle:1", env)
+
+
+def test_cli_bad_arguments_are_one_clear_message(tmp_path):
+    bad_policy = _cli("eval", "--env", "replay:routerbench", "--policy", "smart", "--out", str(tmp_path / "x"))
+    assert bad_policy.returncode == 2 and "Traceback" not in bad_policy.stderr
+    assert "orchestrator:MODEL" in bad_policy.stderr and "cascade" in bad_policy.stderr
+    bad_env = _cli("eval", "--env", "replay:nope", "--policy", "oracle", "--out", str(tmp_path / "y"))
+    assert bad_env.returncode == 2 and "replay:routerbench" in bad_env.stderr
+    bad_model = _cli("eval", "--env", "replay:frames", "--policy", "single:gpt-4", "--out", str(tmp_path / "z"))
+    assert bad_model.returncode == 2 and "claude-sonnet4_frames_budget4096" in bad_model.stderr
+    bad_orchestrator = _cli("eval", "--env", "replay:routerbench", "--policy", "orchestrator:gpt-9",
+                            "--out", str(tmp_path / "w"))
+    assert bad_orchestrator.returncode == 2 and "smollm2-135m" in bad_orchestrator.stderr
+
+
+def test_out_dir_of_another_run_is_refused(tmp_path):
+    _eval(tmp_path, "oracle", limit=5)
+    with pytest.raises(UserError, match="holds a different run"):
+        run_eval(EvalRequest(env="replay:routerbench", policy="cheapest", out=tmp_path / "oracle", data_dir=DATA,
+                             progress=False))
+
+
+def test_resume_after_sigkill_redoes_nothing(tmp_path):
+    """A real `toolorchestra eval` killed mid-run, resumed, equals an uninterrupted run."""
+    args = ["eval", "--env", "replay:routerbench", "--policy", "cascade", "--limit", "60", "--concurrency", "2"]
+    out = tmp_path / "killed"
+    process = subprocess.Popen([str(TOOLORCHESTRA), *args, "--out", str(out), "--data-dir", str(DATA), "--no-progress",
+                                "--delay", "0.2"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    trajectories = out / "trajectories.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and (not trajectories.exists() or _lines(trajectories) < 8):
+        time.sleep(0.1)
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=30)
+    finished_before = _lines(trajectories)
+    assert 8 <= finished_before < 60, "the kill must land mid-run"
+    assert not (out / "metrics.json").exists()
+    resumed = _cli(*args, "--out", str(out))
+    assert resumed.returncode == 0, resumed.stderr
+    ids = [t.task_id for t in read_trajectories(trajectories)]
+    assert len(ids) == len(set(ids)) == 60
+    fresh = _cli(*args, "--out", str(tmp_path / "fresh"))
+    assert fresh.returncode == 0, fresh.stderr
+    killed_metrics = json.loads((out / "metrics.json").read_text())
+    fresh_metrics = json.loads((tmp_path / "fresh" / "metrics.json").read_text())
+    assert killed_metrics == fresh_metrics
+
+
+async def test_torn_last_line_is_redone_once(tmp_path):
+    env = make_env("replay:routerbench", DATA)
+    tasks = env.tasks("test")[:10]
+    policies = parse_policy("cheapest", env)
+    await evaluate(env, policies, tasks[:6], tmp_path, progress=False)
+    path = tmp_path / "trajectories.jsonl"
+    text = path.read_text()
+    path.write_text(text[: len(text) - 40])  # a kill in the middle of writing the sixth line
+    metrics = await evaluate(env, policies, tasks, tmp_path, progress=False)
+    ids = [trajectory.task_id for trajectory in read_trajectories(path)]
+    assert sorted(ids) == sorted(task.id for task in tasks) and metrics["n"] == 10
+
+
+def _lines(path: Path) -> int:
+    return sum(1 for line in path.read_text().splitlines() if line.strip())
+
+
+class FakeBackend(Backend):
+    """Unit-test stand-in for an orchestrator model: asks gpt-4, then passes its reply on."""
+
+    name = "fake"
+
+    async def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
+                       **sampling: Any) -> Completion:
+        observations = [m for m in messages if m["role"] == "tool"]
+        if not observations:
+            call = ToolCall(id="c1", name="expert", arguments={"model": "gpt-4", "question": messages[-1]["content"]})
+        else:
+            call = ToolCall(id="c2", name="answer", arguments={"answer": observations[-1]["content"]})
+        return Completion(text="", tool_calls=[call], usage=Usage(prompt_tokens=100, completion_tokens=10),
+                          latency_s=0.5)
+
+
+async def test_orchestrator_policy_runs_the_loop_over_replay_tools(tmp_path):
+    env = make_env("replay:routerbench", DATA)
+    tasks = env.tasks("test")[:30]
+    policy = OrchestratorPolicy("orchestrator:fake", FakeBackend(), model_name="fake")
+    metrics = await evaluate(env, [policy], tasks, tmp_path, concurrency=4, progress=False,
+                             header={"env": env.name, "split": "test"})
+    expected = sum(env.record(task.id, GPT4).correct for task in tasks if len(env.record(task.id, GPT4).response) <= 4000)
+    assert metrics["calls_per_tool"] == {"answer": 30, "expert": 30}
+    assert metrics["tokens"]["orchestrator_prompt"] == 100 * 60
+    assert metrics["correct"] == expected
+    trajectory = next(read_trajectories(tmp_path / "trajectories.jsonl"))
+    # the orchestrator saw the question without RouterBench's few-shot exemplars
+    assert trajectory.messages[1]["content"] == env.task(trajectory.task_id).meta["query"]
+    assert trajectory.latency_s == pytest.approx(sum(s.latency_s for s in trajectory.steps))
+
+
+@pytest.mark.slow
+def test_smollm2_orchestrator_produces_valid_metrics(tmp_path):
+    """The real embedded SmolLM2 through the same eval (one short episode)."""
+    result = _cli("eval", "--env", "replay:routerbench", "--policy", "orchestrator:smollm2-135m", "--limit", "1",
+                  "--max-turns", "1", "--max-tokens", "24", "--tools", "answer", "--out", str(tmp_path / "smol"),
+                  timeout=900)
+    assert result.returncode == 0, result.stderr
+    metrics = json.loads((tmp_path / "smol" / "metrics.json").read_text())
+    assert metrics["n"] == 1 and metrics["policy"] == "orchestrator:smollm2-135m"
+    assert metrics["tokens"]["orchestrator_prompt"] > 0 and metrics["tokens"]["orchestrator_completion"] > 0
+    trajectory = next(read_trajectories(tmp_path / "smol" / "trajectories.jsonl"))
+    assert trajectory.steps[0].kind == "orchestrator" and trajectory.correct is not None
