@@ -9,14 +9,13 @@ string that the agent loop shows to the orchestrator as an observation.
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 from toolorchestra.backends.base import ToolCall
 
 CALL_OPEN = "<tool_call>"
 CALL_CLOSE = "</tool_call>"
-_CALL_BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
+_DECODER = json.JSONDecoder()
 
 
 def render_tools_block(tools: list[dict[str, Any]]) -> str:
@@ -89,31 +88,76 @@ def parse_tool_calls(text: str, id_prefix: str = "call") -> tuple[str, list[Tool
     """Split model output into (text before the first call, parsed calls, error messages).
 
     Tolerates whitespace, code fences and trailing text; an unclosed final block is still tried
-    (generation often stops on the closing tag). Never raises.
+    (generation often stops on the closing tag). The JSON of a call is read before looking for the
+    closing tag, so a tag quoted inside an argument (code, an answer) does not cut the call short.
+    Never raises.
     """
     calls: list[ToolCall] = []
     errors: list[str] = []
-    first = text.find(CALL_OPEN)
-    prose = (text if first < 0 else text[:first]).strip()
-    for index, match in enumerate(_CALL_BLOCK.finditer(text)):
-        body = match.group(1).strip()
-        call, error = _parse_call_body(body, f"{id_prefix}_{index}")
+    start = text.find(CALL_OPEN)
+    prose = (text if start < 0 else text[:start]).strip()
+    while start >= 0:
+        call, error, resume = _read_block(text, start + len(CALL_OPEN), f"{id_prefix}_{len(calls) + len(errors)}")
         if call is not None:
             calls.append(call)
         else:
             errors.append(error)
+        start = text.find(CALL_OPEN, resume)
     return prose, calls, errors
 
 
-def _parse_call_body(body: str, call_id: str) -> tuple[ToolCall | None, str]:
-    body = body.strip().removeprefix("```json").removeprefix("```").removesuffix("```").strip()
-    shown = body if len(body) <= 200 else body[:200] + "..."
+def _read_block(text: str, body_start: int, call_id: str) -> tuple[ToolCall | None, str, int]:
+    """The call whose body starts at `body_start`, its error, and where scanning resumes."""
+    json_start = _skip_fence(text, body_start)
     try:
-        payload, _ = json.JSONDecoder().raw_decode(body)
+        payload, json_end = _DECODER.raw_decode(text, json_start)
     except (json.JSONDecodeError, RecursionError, ValueError) as exc:
-        return None, f"malformed tool call (invalid JSON: {exc.__class__.__name__}): {shown!r}"
+        body_end, resume = _block_end(text, body_start)
+        shown = _shown(text[json_start:body_end])
+        return None, f"malformed tool call (invalid JSON: {exc.__class__.__name__}): {shown!r}", resume
+    body_end, resume = _block_end(text, json_end)
+    call, error = _call_from_payload(payload, _shown(text[json_start:body_end]), call_id)
+    return call, error, resume
+
+
+def _skip_fence(text: str, index: int) -> int:
+    """Index of the JSON in a body that may open with whitespace and a code fence."""
+    index = _skip_space(text, index)
+    for fence in ("```json", "```"):
+        if text.startswith(fence, index):
+            return _skip_space(text, index + len(fence))
+    return index
+
+
+def _skip_space(text: str, index: int) -> int:
+    while index < len(text) and text[index].isspace():
+        index += 1
+    return index
+
+
+def _block_end(text: str, index: int) -> tuple[int, int]:
+    """(end of the block's body, where scanning resumes), searching from `index`: the block ends at
+    its closing tag, else at the next opening tag (an unclosed call followed by another), else at
+    the end of the text."""
+    close = text.find(CALL_CLOSE, index)
+    reopen = text.find(CALL_OPEN, index)
+    if close >= 0 and (reopen < 0 or close < reopen):
+        return close, close + len(CALL_CLOSE)
+    end = reopen if reopen >= 0 else len(text)
+    return end, end
+
+
+def _shown(body: str) -> str:
+    body = body.strip().removesuffix("```").strip()
+    return body if len(body) <= 200 else body[:200] + "..."
+
+
+def _call_from_payload(payload: Any, shown: str, call_id: str) -> tuple[ToolCall | None, str]:
     if not isinstance(payload, dict):
         return None, f"malformed tool call (expected a JSON object): {shown!r}"
+    if not _utf8_encodable(payload):
+        # A lone surrogate escape such as "\\ud800" decodes, but could never be sent or saved as UTF-8.
+        return None, f"malformed tool call (invalid unicode escape): {shown!r}"
     name = payload.get("name")
     if not isinstance(name, str) or not name:
         return None, f'malformed tool call (missing string field "name"): {shown!r}'
@@ -126,3 +170,11 @@ def _parse_call_body(body: str, call_id: str) -> tuple[ToolCall | None, str]:
     if not isinstance(arguments, dict):
         return None, f'malformed tool call (field "arguments" is not a JSON object): {shown!r}'
     return ToolCall(id=call_id, name=name, arguments=arguments), ""
+
+
+def _utf8_encodable(payload: dict[str, Any]) -> bool:
+    try:
+        json.dumps(payload, ensure_ascii=False).encode("utf-8")
+    except (UnicodeEncodeError, ValueError, RecursionError):
+        return False
+    return True

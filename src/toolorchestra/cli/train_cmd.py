@@ -1,7 +1,38 @@
-"""The `train` command (being written)."""
+"""The `train` command: GRPO training of an orchestrator from a YAML config (see docs/training.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
 
 import typer
 
 
 def register(app: typer.Typer) -> None:
     """Add this command to the app."""
+
+    @app.command("train")
+    def train(
+        config: Path = typer.Option(..., "--config", "-c", help="training YAML, e.g. configs/train/routerbench-smollm2.yaml"),
+        resume: bool = typer.Option(False, "--resume", help="continue from the latest checkpoint of the run dir"),
+        run_dir: Path | None = typer.Option(None, "--run-dir", help="override trainer.default_local_dir"),
+        steps: int | None = typer.Option(None, "--steps", help="override trainer.total_training_steps"),
+        quiet: bool = typer.Option(False, "--quiet", help="no progress bar"),
+    ) -> None:
+        """Train an orchestrator with GRPO on an environment's training split."""
+        from rich.console import Console
+
+        from toolorchestra.train.config import load_train_config
+        from toolorchestra.train.trainer import Trainer
+
+        train_config = load_train_config(config)
+        if steps is not None:
+            if steps < 1:
+                raise typer.BadParameter(f"--steps must be >= 1; got {steps}")
+            train_config.trainer.total_training_steps = steps
+        trainer = Trainer(train_config, run_dir=run_dir, resume=resume)
+        console = Console(stderr=True)
+        if resume:
+            console.print(f"resuming {trainer.run_dir} at step {trainer.global_step}")
+        history = trainer.fit(show_progress=not quiet)
+        console.print(f"done: {trainer.global_step} steps; checkpoints, metrics.jsonl and tensorboard/ in "
+                      f"{trainer.run_dir}" + (f"; last reward {history[-1]['reward/mean']:.3f}" if history else ""))

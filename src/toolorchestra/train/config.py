@@ -36,6 +36,10 @@ class ModelConfig(_Strict):
     lora_rank: int = Field(16, ge=0, description="0 = full fine-tuning")
     lora_alpha: int = Field(32, ge=1)
     target_modules: list[str] | Literal["all-linear"] = "all-linear"
+    lora_layers: int | None = Field(
+        None, ge=1, description="put the adapter on the last N decoder layers only: the backward pass then stops "
+        "there (much cheaper on a CPU); None = every layer"
+    )
     gradient_checkpointing: bool = False
 
 
@@ -79,7 +83,6 @@ class RolloutConfig(_Strict):
     share_prompt_prefill: bool = Field(
         True, description="prefill each task's prompt once and copy its KV cache to the group's n episodes"
     )
-    guided: bool = Field(False, description="constrain tool calls with xgrammar (see docs/training.md)")
     orchestrator_latency: LatencyConfig = Field(default_factory=LatencyConfig)
 
 
@@ -97,6 +100,11 @@ class SamplerConfig(_Strict):
     max_labels: int = Field(4, ge=1)
     price_scale: tuple[float, float] = (0.5, 2.0)
     shuffle_labels: bool = True
+    label_style: Literal["env", "numbered"] = Field(
+        "env",
+        description="env: keep the env's label for each model (what evaluation shows); numbered: relabel "
+        "as TOOL-1..k in a random order, so labels carry no model identity",
+    )
     tool_keep_prob: float = Field(1.0, ge=0, le=1, description="chance each non-answer tool is offered")
     preferences: dict[str, float] = Field(
         default_factory=lambda: {"accuracy": 1.0, "cost": 1.0, "latency": 0.5, "tool": 0.5},
@@ -149,6 +157,11 @@ class TrainConfig(_Strict):
 
     @model_validator(mode="after")
     def _batch_sizes(self) -> "TrainConfig":
+        if self.actor.use_kl_loss and self.model.lora_rank == 0:
+            raise ValueError(
+                "actor.use_kl_loss needs LoRA (model.lora_rank > 0): the reference policy is the model with its "
+                "adapter disabled, so full fine-tuning has no reference without a second copy"
+            )
         if self.data.train_batch_size % self.actor.ppo_mini_batch_size:
             raise ValueError(
                 f"actor.ppo_mini_batch_size ({self.actor.ppo_mini_batch_size}) must divide "

