@@ -509,7 +509,8 @@ def _generate(loaded: _LoadedModel, prepared: list[_Prepared], reasoning_tokens:
         for item in prepared
     ]
     if any(grammar is not None for grammar in grammars):
-        processors.append(GuidedLogitsProcessor(grammars, model.config.vocab_size))
+        processors.append(GuidedLogitsProcessor(grammars, model.config.vocab_size, limits, width,
+                                                loaded.grammars.closing_ids))
     sampling_args: dict[str, Any] = {"do_sample": sampling.do_sample}
     if sampling.do_sample:
         sampling_args.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=0)

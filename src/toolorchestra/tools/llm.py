@@ -69,7 +69,7 @@ class ExpertTool(LLMTool):
             "type": "object",
             "properties": {
                 "model": self.label_property(),
-                "question": {"type": "string", "description": "the full question, with any context it needs"},
+                "question": {"type": "string", "minLength": 1, "description": "the full question, with any context it needs"},
             },
             "required": ["model", "question"] if len(labels) > 1 else ["question"],
         }
@@ -93,7 +93,7 @@ class AnswerTool(LLMTool):
                  max_tokens: int = 512) -> None:
         super().__init__(name, description or "Give the final answer and end the episode.", labels, pool,
                          max_tokens)
-        properties: dict[str, Any] = {"answer": {"type": "string", "description": "the final answer"}}
+        properties: dict[str, Any] = {"answer": {"type": "string", "minLength": 1, "description": "the final answer"}}
         if labels:
             properties["model"] = self.label_property()
         self.parameters = {"type": "object", "properties": properties, "required": [] if labels else ["answer"]}

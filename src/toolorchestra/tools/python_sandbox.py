@@ -129,7 +129,7 @@ class PythonTool(Tool):
         )
         self.parameters = {
             "type": "object",
-            "properties": {"code": {"type": "string", "description": "the complete Python program to run"}},
+            "properties": {"code": {"type": "string", "minLength": 1, "description": "the complete Python program to run"}},
             "required": ["code"],
         }
 

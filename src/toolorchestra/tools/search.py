@@ -113,7 +113,7 @@ class SearchTool(Tool):
         self.top_k = top_k
         self.parameters = {
             "type": "object",
-            "properties": {"query": {"type": "string", "description": "keywords to search for"}},
+            "properties": {"query": {"type": "string", "minLength": 1, "description": "keywords to search for"}},
             "required": ["query"],
         }
 

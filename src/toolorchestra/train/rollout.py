@@ -332,8 +332,10 @@ class RolloutEngine:
         positions = (unique_mask.cumsum(-1) - 1).clamp(min=0)
         cache = DynamicCache(config=self.model.config)
         with torch.no_grad():
+            # Only the cache is wanted: logits_to_keep=1 skips the vocabulary projection of every
+            # prompt position (measured at ~0.3 s per step on the benchmark's 2 x 523-token prompts).
             self.model(input_ids=unique_ids, attention_mask=unique_mask, position_ids=positions,
-                       past_key_values=cache, use_cache=True)
+                       past_key_values=cache, use_cache=True, logits_to_keep=1)
         cache.batch_repeat_interleave(copies)
         self.prefill_stats["prefill_tokens_saved"] += int(unique_mask.sum()) * (copies - 1)
         return cache
