@@ -259,7 +259,12 @@ class ToolCallGrammars:
 
 
 CLOSE_RESERVE_TOKENS = 24
-"""In a row's last this-many tokens, tokens that close strings and objects are preferred."""
+"""In a row's last this-many tokens (at most a quarter of its budget, at least 8), tokens that close
+strings and objects are preferred."""
+
+
+def close_reserve(limit: int) -> int:
+    return max(8, min(CLOSE_RESERVE_TOKENS, limit // 4))
 
 
 def closing_token_ids(tokenizer: Any, vocab_size: int) -> torch.Tensor:
@@ -316,7 +321,7 @@ class GuidedLogitsProcessor(transformers.LogitsProcessor):
             return
         closing = self.closing_ids.to(scores.device)
         for row in rows:
-            if self.limits[row] - generated > CLOSE_RESERVE_TOKENS:
+            if self.limits[row] - generated > close_reserve(self.limits[row]):
                 continue
             kept = scores[row, closing]
             if torch.isfinite(kept).any():
