@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from toolorchestra.catalog.schema import Catalog
 from toolorchestra.errors import ConfigError
@@ -34,14 +34,24 @@ def read_yaml(path: Path | str) -> Any:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
 
 
-def load_catalog(path: Path | str) -> Catalog:
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+def load_yaml_model(path: Path | str, model: type[ModelT], expected: str, empty_ok: bool = False) -> ModelT:
+    """Read a YAML mapping into pydantic `model`; every failure is a ConfigError naming the file."""
     data = read_yaml(path)
+    if data is None and empty_ok:
+        data = {}
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping with keys orchestrator, models, tools; got {type(data).__name__}")
+        raise ConfigError(f"{path}: expected {expected}; got {type(data).__name__}")
     try:
-        return Catalog.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(format_validation_error(path, exc)) from None
+
+
+def load_catalog(path: Path | str) -> Catalog:
+    return load_yaml_model(path, Catalog, "a mapping with keys orchestrator, models, tools")
 
 
 def default_catalog(corpus: Path | str | None = None) -> Catalog:

@@ -10,9 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from toolorchestra.errors import ConfigError
 
 
 class _Strict(BaseModel):
@@ -172,14 +171,6 @@ class TrainConfig(_Strict):
 
 def load_train_config(path: Path | str) -> TrainConfig:
     """Read and validate a training YAML; errors name the file and the field."""
-    from toolorchestra.catalog.load import format_validation_error, read_yaml
+    from toolorchestra.catalog.load import load_yaml_model
 
-    data = read_yaml(path)
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping of config sections; got {type(data).__name__}")
-    try:
-        return TrainConfig.model_validate(data)
-    except ValidationError as exc:
-        raise ConfigError(format_validation_error(path, exc)) from None
+    return load_yaml_model(path, TrainConfig, "a mapping of config sections", empty_ok=True)
