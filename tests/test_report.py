@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -12,8 +13,12 @@ from pathlib import Path
 import pytest
 
 from toolorchestra.bench.eval import EvalRequest, run_eval
-from toolorchestra.bench.report import build_report, load_runs, pareto_front
+from toolorchestra.bench.export import export_results
+from toolorchestra.bench.report import _draw_group, build_report, load_runs, pareto_front, preference_groups
 from toolorchestra.errors import UserError
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _scripted_orchestrator import POLICY, scripted_orchestrator_runs  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = (REPO / ".." / "shared" / "data").resolve()
@@ -52,6 +57,78 @@ def test_report_tables_and_figures(runs, tmp_path):
         assert written[figure].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and written[figure].stat().st_size > 20_000
     html = written["html"].read_text()
     assert html.count("data:image/png;base64,") == 2 and '<table id="comparison">' in html
+    assert "Preference adherence" not in markdown and "preferences" not in written  # no orchestrator runs
+
+
+@pytest.fixture(scope="module")
+def preference_runs(runs, tmp_path_factory) -> dict[str, Path]:
+    """SYNTHETIC orchestrator runs: a scripted orchestrator (tests/_scripted_orchestrator.py) evaluated with
+    --prefer accuracy (answer(model=gpt-4)) and --prefer cost (mistral-7b's reply passed on)."""
+    return scripted_orchestrator_runs(DATA, tmp_path_factory.mktemp("preferences"), limit=40)
+
+
+def _metrics(folder: Path) -> dict:
+    return json.loads((folder / "metrics.json").read_text())
+
+
+def test_preference_adherence_section_synthetic_scripted_orchestrator(runs, preference_runs, tmp_path):
+    written = build_report([runs, *preference_runs.values()], tmp_path / "report")
+    markdown = written["markdown"].read_text()
+    accuracy, cost = _metrics(preference_runs["accuracy"]), _metrics(preference_runs["cost"])
+    assert f"| {POLICY} [accuracy] | replay:routerbench / test | 40 |" in markdown
+    assert f"| {POLICY} [cost] | replay:routerbench / test | 40 |" in markdown
+    section = markdown.split("## Preference adherence", 1)[1]
+    assert f"### {POLICY} on replay:routerbench / test" in section
+    assert (f"| accuracy | 40 | {accuracy['accuracy']:.4f} | {accuracy['cost_usd']:.4f} | "
+            f"{accuracy['cost_per_task_usd']:.6f} | {accuracy['latency_s']['mean']:.2f} | yes (highest accuracy) | "
+            "gpt-4-1106-preview 40 (100%) |") in section
+    assert (f"| cost | 40 | {cost['accuracy']:.4f} | {cost['cost_usd']:.4f} | {cost['cost_per_task_usd']:.6f} | "
+            f"{cost['latency_s']['mean']:.2f} | yes (lowest $ / task) | orchestrator itself 40 (100%) |") in section
+    per_subtask = section.split("Per subtask:", 1)[1].split("![", 1)[0].strip().splitlines()
+    assert per_subtask[0] == ("| preference | arc-challenge accuracy (n) | arc-challenge cost $ | mbpp accuracy (n) | "
+                              "mbpp cost $ | winogrande accuracy (n) | winogrande cost $ |")
+    for line, metrics in zip(per_subtask[2:], (accuracy, cost), strict=True):
+        cells = [f"{entry['accuracy']:.3f} ({entry['n']}) | {entry['cost_usd']:.4f}"
+                 for _, entry in sorted(metrics["per_subtask"].items())]
+        assert line == f"| {metrics['prefer']} | " + " | ".join(cells) + " |"
+    assert "![preference adherence](preferences.png)" in section
+    figure = written["preferences"]
+    assert figure.name == "preferences.png" and figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert figure.stat().st_size > 20_000
+    html = written["html"].read_text()
+    assert html.count("data:image/png;base64,") == 3 and '<img id="preferences"' in html
+    assert '<table id="preferences-0">' in html and '<table id="preference-subtasks-0">' in html
+    # a report without the orchestrator runs in the same dir drops the stale figure
+    again = build_report([runs], tmp_path / "report")
+    assert "preferences" not in again and not (tmp_path / "report" / "preferences.png").exists()
+
+
+def test_pareto_tells_preferences_apart_synthetic_scripted_orchestrator(runs, preference_runs):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    loaded = load_runs([runs, *preference_runs.values()])
+    figure, axis = plt.subplots()
+    _draw_group(axis, loaded)
+    labels = [text.get_text() for text in axis.get_legend().get_texts()]
+    assert f"{POLICY} [accuracy] (n=40)" in labels and f"{POLICY} [cost] (n=40)" in labels
+    colors = {collection.get_label(): tuple(collection.get_facecolor()[0]) for collection in axis.collections}
+    assert colors[f"{POLICY} [accuracy] (n=40)"] != colors[f"{POLICY} [cost] (n=40)"]
+    assert {"prefer accuracy", "prefer cost"} <= {text.get_text() for text in axis.texts}
+    plt.close(figure)
+
+
+def test_report_reads_exported_results_synthetic_scripted_orchestrator(runs, preference_runs, tmp_path):
+    export_results([runs / "cascade", *preference_runs.values()], tmp_path / "results")
+    exported = load_runs([tmp_path / "results" / "routerbench"])
+    groups = preference_groups(exported)
+    assert len(groups) == 1 and [run.preference_label for run in groups[0].runs] == ["accuracy", "cost"]
+    direct = preference_groups(load_runs(list(preference_runs.values())))
+    assert [run.metrics for run in groups[0].runs] == [run.metrics for run in direct[0].runs]
+    markdown = build_report([tmp_path / "results" / "routerbench"], tmp_path / "report")["markdown"].read_text()
+    assert "## Preference adherence" in markdown and "| cascade | replay:routerbench / test | 150 |" in markdown
 
 
 def test_report_cli_and_missing_input(runs, tmp_path):

@@ -6,7 +6,9 @@ Layout of an output dir:
 - trajectories.jsonl: one scored trajectory per line, appended and flushed as each episode ends, so
   a killed run keeps every finished episode and a rerun skips them;
 - metrics.json: `metrics.summarize` of the policy over the (limited) task list, in task order; for a
-  router sweep, one entry per threshold under "sweep" (report draws them as a curve).
+  router sweep, one entry per threshold under "sweep" (report draws them as a curve);
+- decisions.csv: one row per task (task_id, preference, label, model, correct, cost_usd, latency_s),
+  see bench/decisions.py; a sweep writes decisions-router-<threshold>.csv per threshold.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from toolorchestra.agent.trajectory import Trajectory, read_trajectories, write_trajectory
+from toolorchestra.bench.decisions import write_eval_decisions
 from toolorchestra.bench.metrics import summarize
 from toolorchestra.bench.policies import OrchestratorPolicy, Policy, parse_policy
 from toolorchestra.envs.base import Env, Task
@@ -135,6 +138,7 @@ async def evaluate(env: Env, policies: Sequence[Policy], tasks: Sequence[Task], 
         await asyncio.gather(*(one(policy, task) for policy, task in jobs))
     metrics = collect_metrics(path, policies, tasks, header or {})
     (out / METRICS).write_text(json.dumps(metrics, indent=2) + "\n")
+    write_eval_decisions(out, [policy.name for policy in policies], [task.id for task in tasks], header)
     return metrics
 
 

@@ -6,7 +6,15 @@ Input: eval output dirs (each with metrics.json), or dirs that contain such dirs
 - pareto.png: accuracy vs dollars per task (log scale), one panel per env/split; every run a point,
   a sweep a curve, the oracle a star, the non-dominated frontier dashed (a free run, e.g. a local
   orchestrator that answered itself, is drawn left of the cheapest paid run and marked $0);
-- usage.png: calls per task by model and by tool for each run.
+- usage.png: calls per task by model and by tool for each run;
+- preferences.png (only when runs of one orchestrator differ only in --prefer): per preference,
+  accuracy and dollars per task as grouped bars, and who wrote the final answer (answered_by model,
+  the orchestrator itself, or no answer) as a stacked bar; report.md/html then have a "Preference
+  adherence" section with, per preference, accuracy, cost, mean latency, that answer distribution,
+  whether the run is best on its preference's own target, and accuracy/cost per subtask.
+Runs of an orchestrator with a preference are named `POLICY [PREFERENCE]` in tables and plots.
+Input may also be exported results dirs (`toolorchestra export-results`): a metrics.json with
+`by_preference` gives one run per preference.
 matplotlib (Agg) is imported only when the figures are drawn.
 """
 
@@ -17,7 +25,7 @@ import html
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from toolorchestra.errors import UserError
 
@@ -39,6 +47,21 @@ class Run:
     @property
     def group(self) -> str:
         return f"{self.env} / {self.split}"
+
+    @property
+    def preference(self) -> str | None:
+        """The run's --prefer (None: a baseline, or an orchestrator under its default preference)."""
+        value = self.extra.get("preference") or self.metrics.get("prefer")
+        return str(value) if value else None
+
+    @property
+    def preference_label(self) -> str:
+        return self.preference or ("default" if self.kind == "orchestrator" else "none")
+
+    @property
+    def display(self) -> str:
+        """The name shown in tables and plots: the policy, with its preference for an orchestrator."""
+        return f"{self.policy} [{self.preference}]" if self.kind == "orchestrator" and self.preference else self.policy
 
     @property
     def kind(self) -> str:
@@ -84,6 +107,11 @@ def load_runs(paths: Sequence[Path]) -> list[Run]:
         if metrics.get("kind") == "sweep":
             for entry in metrics["sweep"]:
                 runs.append(Run(entry["policy"], env, split, entry, metrics_path.parent, sweep=str(metrics.get("spec"))))
+        elif isinstance(metrics.get("by_preference"), dict):  # an exported results dir
+            for preference, entry in metrics["by_preference"].items():
+                runs.append(Run(str(entry.get("policy", metrics.get("policy"))), str(entry.get("env", env)),
+                                str(entry.get("split", split)), entry, metrics_path.parent,
+                                extra={"preference": None if preference == "default" else preference}))
         elif "accuracy" in metrics:
             runs.append(Run(str(metrics["policy"]), env, split, metrics, metrics_path.parent))
         else:
@@ -108,6 +136,12 @@ def build_report(paths: Sequence[Path], out: Path) -> dict[str, Path]:
     figures = {"pareto": out / "pareto.png", "usage": out / "usage.png"}
     plot_pareto(runs, figures["pareto"])
     plot_usage(runs, figures["usage"])
+    stale = out / "preferences.png"
+    if preference_groups(runs):
+        figures["preferences"] = stale
+        plot_preferences(preference_groups(runs), figures["preferences"])
+    elif stale.exists():
+        stale.unlink()  # from an earlier report into the same dir
     on_front = _frontier_members(runs)
     (out / "report.md").write_text(render_markdown(runs, on_front, figures), encoding="utf-8")
     (out / "report.html").write_text(render_html(runs, on_front, figures), encoding="utf-8")
@@ -138,6 +172,7 @@ def _zero_cost_x(group: Sequence[Run]) -> float:
 
 
 # --- figures -----------------------------------------------------------------------------------
+_ORCHESTRATOR_COLORS = ("tab:red", "darkmagenta", "darkred", "deeppink", "maroon", "crimson", "indigo")
 _STYLE = {
     "baseline": {"marker": "s", "s": 60},
     "orchestrator": {"marker": "D", "s": 80, "color": "tab:red"},
@@ -164,6 +199,7 @@ def plot_pareto(runs: Sequence[Run], path: Path) -> None:
 
 def _draw_group(axis: Any, group: Sequence[Run]) -> None:
     baseline_colors = iter(["tab:blue", "tab:green", "tab:purple", "tab:brown", "tab:cyan", "tab:olive", "tab:pink"])
+    orchestrator_colors: dict[str, str] = {}  # one color per orchestrator run (policy and preference)
     zero = _zero_cost_x(group)
 
     def cost_x(run: Run) -> float:
@@ -178,8 +214,15 @@ def _draw_group(axis: Any, group: Sequence[Run]) -> None:
         style = dict(_STYLE[run.kind])
         if run.kind == "baseline":
             style["color"] = next(baseline_colors, "tab:gray")
-        label = {"single": None, "oracle": "oracle (upper bound)"}.get(run.kind, f"{run.policy} (n={run.metrics['n']})")
+        if run.kind == "orchestrator":
+            style["color"] = orchestrator_colors.setdefault(
+                run.display, _ORCHESTRATOR_COLORS[len(orchestrator_colors) % len(_ORCHESTRATOR_COLORS)])
+        label = {"single": None, "oracle": "oracle (upper bound)"}.get(run.kind,
+                                                                      f"{run.display} (n={run.metrics['n']})")
         axis.scatter([x], [run.accuracy], label=label, zorder=3, **style)
+        if run.kind == "orchestrator" and run.preference:
+            axis.annotate(f"prefer {run.preference}", (x, run.accuracy), fontsize=8, xytext=(6, -11),
+                          textcoords="offset points", color=style["color"])
         if run.kind == "single":
             axis.annotate(_short(run.policy.split(":", 1)[1]), (x, run.accuracy), fontsize=7, xytext=(4, 3),
                           textcoords="offset points", color="0.3")
@@ -216,7 +259,7 @@ def plot_usage(runs: Sequence[Run], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     shown = [run for run in runs if run.kind != "sweep"] or list(runs)
-    names = [f"{run.policy} [{run.env.split(':')[-1]}]" for run in shown]
+    names = [f"{run.display} [{run.env.split(':')[-1]}]" for run in shown]
     models = sorted({model for run in shown for model in run.metrics.get("calls_per_model", {})})
     tools = sorted({tool for run in shown for tool in run.metrics.get("calls_per_tool", {})})
     height = max(3.0, 0.38 * len(shown) + 1.6)
@@ -248,6 +291,199 @@ def _stacked(axis: Any, names: list[str], runs: Sequence[Run], keys: list[str], 
     axis.invert_yaxis()
 
 
+# --- preference adherence -----------------------------------------------------------------------
+_SETTINGS = ("seed", "config", "max_turns", "max_tokens", "tools", "limit", "judge")  # must match, --prefer may not
+_PREFERENCE_ORDER = ("default", "accuracy", "cost", "latency")
+SELF = "orchestrator itself"
+NO_ANSWER = "no answer"
+
+
+@dataclass
+class PreferenceGroup:
+    """Runs of one orchestrator policy on one env/split that differ only in --prefer."""
+
+    policy: str
+    group: str
+    runs: list[Run]
+
+    @property
+    def title(self) -> str:
+        return f"{self.policy} on {self.group}"
+
+
+def preference_groups(runs: Sequence[Run]) -> list[PreferenceGroup]:
+    """Every orchestrator policy with runs under two or more preferences and otherwise equal settings
+    (a second run of the same preference is left out)."""
+    keyed: dict[tuple[str, str, str], list[Run]] = {}
+    for run in runs:
+        if run.kind != "orchestrator":
+            continue
+        settings = json.dumps([run.metrics.get(name) for name in _SETTINGS], default=str)
+        members = keyed.setdefault((run.policy, run.group, settings), [])
+        if all(member.preference_label != run.preference_label for member in members):
+            members.append(run)
+    groups = []
+    for (policy, group, _), members in keyed.items():
+        if len(members) >= 2:
+            members.sort(key=lambda run: (_PREFERENCE_ORDER.index(run.preference_label)
+                                          if run.preference_label in _PREFERENCE_ORDER else len(_PREFERENCE_ORDER),
+                                          run.preference_label))
+            groups.append(PreferenceGroup(policy, group, members))
+    return groups
+
+
+def answer_distribution(run: Run) -> dict[str, int]:
+    """Who wrote the final answer: each answering model (answered_by), the orchestrator itself, nobody."""
+    answered = {str(model): int(count) for model, count in run.metrics.get("answered_by", {}).items()}
+    finished = int(run.metrics.get("stop_reasons", {}).get("answer", sum(answered.values())))
+    distribution = dict(sorted(answered.items(), key=lambda item: (-item[1], item[0])))
+    itself = max(finished - sum(answered.values()), 0)
+    if itself:
+        distribution[SELF] = itself
+    missing = max(int(run.metrics["n"]) - sum(distribution.values()), 0)
+    if missing:
+        distribution[NO_ANSWER] = missing
+    return distribution
+
+
+def _target(preference: str) -> tuple[str, Callable[[Run], float], bool] | None:
+    """What a named preference asks the orchestrator to make best: (description, value, higher is better)."""
+    if preference == "accuracy":
+        return "highest accuracy", lambda run: run.accuracy, True
+    if preference == "cost":
+        return "lowest $ / task", lambda run: run.cost_per_task, False
+    if preference == "latency":
+        return "lowest mean latency", lambda run: float(run.metrics.get("latency_s", {}).get("mean", 0.0)), False
+    if preference.startswith("tool:") and "=" not in preference and "," not in preference:
+        name = preference[5:]
+        return (f"most {name} calls / task",
+                lambda run: float(run.metrics.get("calls_per_tool", {}).get(name, 0)) / max(run.metrics["n"], 1), True)
+    return None
+
+
+def _adherence(run: Run, group: PreferenceGroup) -> str:
+    target = _target(run.preference_label)
+    if target is None:
+        return ""
+    description, value, higher = target
+    values = [value(other) for other in group.runs]
+    best = max(values) if higher else min(values)
+    return f"yes ({description})" if value(run) == best else f"no ({description}: " + ", ".join(
+        other.preference_label for other, v in zip(group.runs, values) if v == best) + ")"
+
+
+PREFERENCE_COLUMNS = ("preference", "n", "accuracy", "cost $", "$ / task", "latency mean s", "best on its target",
+                      "final answer by (share of tasks)")
+
+
+def _preference_rows(group: PreferenceGroup) -> list[list[str]]:
+    rows = []
+    for run in group.runs:
+        count = max(int(run.metrics["n"]), 1)
+        shares = ", ".join(f"{_short(name)} {n} ({n / count:.0%})" for name, n in answer_distribution(run).items())
+        rows.append([run.preference_label, str(run.metrics["n"]), f"{run.accuracy:.4f}",
+                     f"{run.metrics['cost_usd']:.4f}", f"{run.cost_per_task:.6f}",
+                     f"{run.metrics.get('latency_s', {}).get('mean', 0):.2f}", _adherence(run, group), shares])
+    return rows
+
+
+def _preference_subtask_table(group: PreferenceGroup) -> tuple[list[str], list[list[str]]]:
+    subtasks = sorted({name for run in group.runs for name in run.metrics.get("per_subtask", {})})
+    header = ["preference"] + [f"{name} {what}" for name in subtasks for what in ("accuracy (n)", "cost $")]
+    rows = []
+    for run in group.runs:
+        cells = [run.preference_label]
+        for name in subtasks:
+            entry = run.metrics.get("per_subtask", {}).get(name)
+            cells += [f"{entry['accuracy']:.3f} ({entry['n']})", f"{entry['cost_usd']:.4f}"] if entry else ["", ""]
+        rows.append(cells)
+    return header, rows
+
+
+def plot_preferences(groups: Sequence[PreferenceGroup], path: Path) -> None:
+    """Per group: accuracy and $ / task per preference (grouped bars, two axes), and who gave the
+    final answer per preference (stacked shares)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    figure, axes = plt.subplots(len(groups), 2, figsize=(16, 4.8 * len(groups)), squeeze=False,
+                                gridspec_kw={"width_ratios": [1.1, 1]})
+    palette = plt.get_cmap("tab20")
+    for (bars, stack), group in zip(axes, groups):
+        labels = [run.preference_label for run in group.runs]
+        x = np.arange(len(labels))
+        width = 0.38
+        accuracy = bars.bar(x - width / 2, [run.accuracy for run in group.runs], width, color="tab:blue",
+                            label="accuracy (left axis)")
+        bars.bar_label(accuracy, fmt="%.3f", fontsize=8)
+        bars.set_ylim(0, 1.1)
+        bars.set_ylabel("accuracy")
+        dollars = bars.twinx()
+        cost = dollars.bar(x + width / 2, [run.cost_per_task for run in group.runs], width, color="tab:orange",
+                           label="$ / task (right axis)")
+        dollars.bar_label(cost, labels=[f"{run.cost_per_task:.2g}" for run in group.runs], fontsize=8)
+        dollars.set_ylim(0, max([run.cost_per_task for run in group.runs] + [1e-9]) * 1.2)
+        dollars.set_ylabel("dollars per task")
+        bars.set_xticks(x)
+        bars.set_xticklabels([f"prefer {label}" for label in labels])
+        bars.legend(handles=[accuracy, cost], fontsize=8, loc="upper left")
+        bars.set_title(f"{group.title}: accuracy and cost per preference", fontsize=10)
+        distributions = [answer_distribution(run) for run in group.runs]
+        totals: dict[str, int] = {}
+        for distribution in distributions:
+            for name, count in distribution.items():
+                totals[name] = totals.get(name, 0) + count
+        names = [name for name in sorted(totals, key=lambda n: (-totals[n], n)) if name not in (SELF, NO_ANSWER)]
+        names += [name for name in (SELF, NO_ANSWER) if name in totals]
+        bottom = np.zeros(len(labels))
+        for index, name in enumerate(names):
+            shares = np.array([d.get(name, 0) / max(int(run.metrics["n"]), 1)
+                               for d, run in zip(distributions, group.runs)])
+            color = {SELF: "0.3", NO_ANSWER: "0.85"}.get(name, palette(index % 20))
+            stack.bar(x, shares, 0.6, bottom=bottom, color=color, label=_short(name), edgecolor="white", linewidth=0.5)
+            bottom += shares
+        stack.set_xticks(x)
+        stack.set_xticklabels([f"prefer {label}" for label in labels])
+        stack.set_ylim(0, 1)
+        stack.set_ylabel("share of tasks")
+        stack.set_title("who gave the final answer (answered_by)", fontsize=10)
+        stack.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+
+
+def _preference_markdown(groups: Sequence[PreferenceGroup], figure: Path) -> list[str]:
+    parts = ["## Preference adherence", "",
+             "Runs of one orchestrator that differ only in `--prefer`. *best on its target*: whether the run is the "
+             "best of its group on what its preference asks for (accuracy: highest accuracy; cost: lowest $ / task; "
+             "latency: lowest mean latency; tool:NAME: most NAME calls per task). *final answer by*: the model that "
+             "wrote the final answer (answered_by), the orchestrator itself, or no answer.", ""]
+    for group in groups:
+        header, rows = _preference_subtask_table(group)
+        parts += [f"### {group.title}", "", _markdown_table(PREFERENCE_COLUMNS, _preference_rows(group)), "",
+                  "Per subtask:", "", _markdown_table(header, rows), ""]
+    parts += [f"![preference adherence]({figure.name})", ""]
+    return parts
+
+
+def _preference_html(groups: Sequence[PreferenceGroup], figure: Path) -> list[str]:
+    sections = ["<h2>Preference adherence</h2>",
+                "<p>Runs of one orchestrator that differ only in <code>--prefer</code>. <em>best on its target</em>: "
+                "whether the run is the best of its group on what its preference asks for. <em>final answer by</em>: "
+                "the model that wrote the final answer (answered_by), the orchestrator itself, or no answer.</p>"]
+    for index, group in enumerate(groups):
+        header, rows = _preference_subtask_table(group)
+        sections += [f"<h3>{html.escape(group.title)}</h3>",
+                     _html_table(PREFERENCE_COLUMNS, _preference_rows(group), f"preferences-{index}"),
+                     "<p>Per subtask:</p>", _html_table(header, rows, f"preference-subtasks-{index}")]
+    sections.append(f'<img id="preferences" alt="preference adherence" src="{_data_uri(figure)}">')
+    return sections
+
+
 # --- tables ------------------------------------------------------------------------------------
 COLUMNS = ("policy", "env / split", "n", "accuracy", "cost $", "$ / task", "latency mean s", "p50 s", "p95 s",
            "calls / task", "frontier")
@@ -255,7 +491,7 @@ COLUMNS = ("policy", "env / split", "n", "accuracy", "cost $", "$ / task", "late
 
 def _row(run: Run, on_front: set[int]) -> list[str]:
     latency = run.metrics.get("latency_s", {})
-    return [run.policy, run.group, str(run.metrics["n"]), f"{run.accuracy:.4f}", f"{run.metrics['cost_usd']:.4f}",
+    return [run.display, run.group, str(run.metrics["n"]), f"{run.accuracy:.4f}", f"{run.metrics['cost_usd']:.4f}",
             f"{run.cost_per_task:.6f}", f"{latency.get('mean', 0):.2f}", f"{latency.get('p50', 0):.2f}",
             f"{latency.get('p95', 0):.2f}", f"{run.metrics.get('tool_calls_per_task', 0):.2f}",
             "yes" if id(run) in on_front else ""]
@@ -274,7 +510,7 @@ def _subtask_table(runs: Sequence[Run]) -> tuple[list[str], list[list[str]]]:
         for name in subtasks:
             entry = run.metrics.get("per_subtask", {}).get(name)
             cells.append(f"{entry['accuracy']:.3f} ({entry['n']})" if entry else "")
-        rows.append([run.policy, run.group, *cells])
+        rows.append([run.display, run.group, *cells])
     return ["policy", "env / split", *subtasks], rows
 
 
@@ -297,6 +533,8 @@ def render_markdown(runs: Sequence[Run], on_front: set[int], figures: dict[str, 
     parts += ["## Accuracy per subtask (n)", "", _markdown_table(header, rows), "",
               "## Accuracy vs cost", "", f"![accuracy vs cost]({figures['pareto'].name})", "",
               "## Tool and model usage", "", f"![usage]({figures['usage'].name})", ""]
+    if "preferences" in figures:
+        parts += _preference_markdown(preference_groups(runs), figures["preferences"])
     return "\n".join(parts)
 
 
@@ -329,6 +567,8 @@ def render_html(runs: Sequence[Run], on_front: set[int], figures: dict[str, Path
         "<h2>Tool and model usage</h2>",
         f'<img id="usage" alt="tool and model usage" src="{_data_uri(figures["usage"])}">',
     ]
+    if "preferences" in figures:
+        sections += _preference_html(preference_groups(runs), figures["preferences"])
     style = ("body{font-family:sans-serif;margin:2em;max-width:1500px}table{border-collapse:collapse;margin:1em 0}"
              "th,td{border:1px solid #ccc;padding:3px 8px;font-size:13px;text-align:right}"
              "td:first-child,td:nth-child(2),th{text-align:left}th{background:#eee}img{max-width:100%}")
