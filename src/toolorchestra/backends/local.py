@@ -495,7 +495,7 @@ def _generate(loaded: _LoadedModel, prepared: list[_Prepared], reasoning_tokens:
     import torch
     from transformers import LogitsProcessorList, StoppingCriteriaList
 
-    from toolorchestra.backends.guided import GuidedLogitsProcessor, RowTokenLimits
+    from toolorchestra.backends.stopping import RowTokenLimits
 
     tokenizer, model = loaded.tokenizer, loaded.model
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -509,6 +509,8 @@ def _generate(loaded: _LoadedModel, prepared: list[_Prepared], reasoning_tokens:
         for item in prepared
     ]
     if any(grammar is not None for grammar in grammars):
+        from toolorchestra.backends.guided import GuidedLogitsProcessor  # xgrammar: only for guided rows
+
         processors.append(GuidedLogitsProcessor(grammars, model.config.vocab_size, limits, width,
                                                 loaded.grammars.closing_ids))
     sampling_args: dict[str, Any] = {"do_sample": sampling.do_sample}

@@ -13,6 +13,8 @@ import numpy as np
 
 from toolorchestra.agent.trajectory import Trajectory
 
+MAX_FIRST_ERRORS = 3
+
 
 def summarize(trajectories: Sequence[Trajectory]) -> dict[str, Any]:
     """The metrics block of one policy's run (see docs/replay.md for each field)."""
@@ -29,6 +31,7 @@ def summarize(trajectories: Sequence[Trajectory]) -> dict[str, Any]:
         if trajectory.answered_by:
             answered_by[trajectory.answered_by] += 1
     tool_calls = sum(calls_per_tool.values())
+    failures = [error for error in map(episode_error, trajectories) if error is not None]
     return {
         "n": count,
         "correct": correct,
@@ -44,9 +47,35 @@ def summarize(trajectories: Sequence[Trajectory]) -> dict[str, Any]:
         "answered_by": dict(sorted(answered_by.items())),
         "stop_reasons": dict(sorted(Counter(t.stop_reason or "none" for t in trajectories).items())),
         "malformed_calls": sum(trajectory.malformed_calls() for trajectory in trajectories),
+        "errors": len(failures),
+        "first_errors": _first_distinct(failures, MAX_FIRST_ERRORS),
         "scoring": dict(sorted(Counter(str(t.score_details.get("method", "none")) for t in trajectories).items())),
         "per_subtask": _per_subtask(trajectories),
     }
+
+
+def episode_error(trajectory: Trajectory) -> str | None:
+    """Why an episode failed, or None: an error recorded by the runner (score_details), an orchestrator turn
+    that failed, or an episode that stopped with stop_reason "error" (its last step error names the cause)."""
+    recorded = trajectory.score_details.get("error")
+    if recorded:
+        return str(recorded)
+    for step in trajectory.steps:
+        if step.kind == "orchestrator" and step.error and step.error.startswith("orchestrator failed"):
+            return step.error
+    if trajectory.stop_reason == "error":
+        return next((step.error for step in reversed(trajectory.steps) if step.error), "stopped with an error")
+    return None
+
+
+def _first_distinct(errors: Sequence[str], limit: int) -> list[str]:
+    shown: list[str] = []
+    for error in errors:
+        if error not in shown:
+            shown.append(error)
+            if len(shown) == limit:
+                break
+    return shown
 
 
 def _latency(latencies: np.ndarray) -> dict[str, float]:

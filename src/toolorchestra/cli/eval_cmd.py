@@ -47,6 +47,7 @@ def eval_command(
                           tools=[name.strip() for name in tools.split(",") if name.strip()] if tools else None)
     metrics = run_eval(request)
     _print_metrics(metrics, out)
+    _fail_if_every_episode_failed(metrics)
 
 
 def _print_metrics(metrics: dict, out: Path) -> None:
@@ -55,12 +56,37 @@ def _print_metrics(metrics: dict, out: Path) -> None:
 
     entries = metrics.get("sweep") or [metrics]
     table = Table(title=f"{metrics['env']} {metrics['split']}", show_header=True)
-    for column in ("policy", "n", "accuracy", "cost $", "$/task", "latency mean s", "p95 s", "calls/task"):
+    columns = ("policy", "n", "accuracy", "cost $", "$/task", "latency mean s", "p95 s", "calls/task", "errors")
+    for column in columns:
         table.add_column(column)
     for entry in entries:
         table.add_row(entry["policy"], str(entry["n"]), f"{entry['accuracy']:.4f}", f"{entry['cost_usd']:.4f}",
                       f"{entry['cost_per_task_usd']:.6f}", f"{entry['latency_s']['mean']:.2f}",
-                      f"{entry['latency_s']['p95']:.2f}", f"{entry['tool_calls_per_task']:.2f}")
+                      f"{entry['latency_s']['p95']:.2f}", f"{entry['tool_calls_per_task']:.2f}",
+                      str(entry.get("errors", 0)))
     console = Console(highlight=False)
     console.print(table)
+    for entry in entries:
+        if entry.get("errors"):
+            console.print(f"{entry['policy']}: {entry['errors']} of {entry['n']} episodes failed; first errors:",
+                          style="yellow", markup=False, soft_wrap=True)
+            for error in entry.get("first_errors", []):
+                console.print(f"  - {error}", style="yellow", markup=False, soft_wrap=True)
     console.print(f"wrote {out / 'trajectories.jsonl'} and {out / 'metrics.json'}")
+
+
+def _fail_if_every_episode_failed(metrics: dict) -> None:
+    """Exit non-zero (one clear message) when every episode failed: an accuracy of 0 says nothing then. A run
+    where only some failed exits 0 (the table shows the count)."""
+    from toolorchestra.errors import EvalError
+
+    entries = metrics.get("sweep") or [metrics]
+    episodes = sum(entry["n"] for entry in entries)
+    if episodes and sum(entry.get("errors", 0) for entry in entries) == episodes:
+        shown = []
+        for entry in entries:
+            shown += [error for error in entry.get("first_errors", []) if error not in shown]
+        listed = "; ".join(f"({index}) {error}" for index, error in enumerate(shown[:3], 1))
+        policy = metrics.get("spec") or metrics["policy"]
+        raise EvalError(f"every episode failed ({episodes} of {episodes}; policy {policy}), so the accuracy means "
+                        f"nothing. First errors: {listed}")

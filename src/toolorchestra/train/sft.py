@@ -6,7 +6,8 @@ tool, so replay worlds answer from their records), each attempt is scored by the
 with the best ToolOrchestra reward under the drawn preference becomes the target turn
 `<tool_call>{"name": answer, "arguments": {"model": LABEL}}</tool_call>`. Tasks that no label solves give no
 example. The loss is cross-entropy on the target turn's tokens only (prompt tokens are masked), the same
-token-in/token-out rendering as the rollouts.
+token-in/token-out rendering as the rollouts. No example at all stops the run with a TrainingError naming the
+first distinct tool errors seen while trying labels (e.g. a replay world that cannot count tokens).
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from toolorchestra.agent.prompt import system_prompt
 from toolorchestra.agent.trajectory import Trajectory
 from toolorchestra.backends.base import ToolCall
 from toolorchestra.backends.toolcalls import render_tool_call
+from toolorchestra.errors import TrainingError
 from toolorchestra.reward import group_rewards
-from toolorchestra.tools.base import ToolContext
+from toolorchestra.tools.base import ToolContext, ToolResult
 from toolorchestra.tools.llm import AnswerTool
 from toolorchestra.train.rollout import question_text
 from toolorchestra.train.sampler import PromptDraw
@@ -29,9 +31,10 @@ if TYPE_CHECKING:
     from toolorchestra.train.trainer import Trainer
 
 
-def build_examples(trainer: "Trainer") -> list[tuple[list[int], list[int]]]:
+def build_examples(trainer: "Trainer", errors: list[str] | None = None) -> list[tuple[list[int], list[int]]]:
     """(token ids, loss mask) pairs of oracle answer calls. Uses a copy of the sampler's RNG state so the
-    GRPO prompt stream is the same with or without the warm start."""
+    GRPO prompt stream is the same with or without the warm start. The errors of the answer calls tried are
+    appended to `errors` when given."""
     from toolorchestra.train.sampler import TaskSampler
 
     sampler = TaskSampler(trainer.env, trainer.tasks, trainer.config.sampler, trainer.config.seed + 1)
@@ -41,7 +44,7 @@ def build_examples(trainer: "Trainer") -> list[tuple[list[int], list[int]]]:
     try:
         for task in trainer.tasks[:trainer.config.sft.max_tasks]:
             draw = sampler.draw(task)
-            call = loop.run_until_complete(_best_answer_call(trainer, draw))
+            call = loop.run_until_complete(_best_answer_call(trainer, draw, errors))
             if call is None:
                 continue
             messages = [{"role": "system", "content": system_prompt(draw.tools, draw.preference)},
@@ -54,7 +57,7 @@ def build_examples(trainer: "Trainer") -> list[tuple[list[int], list[int]]]:
     return examples
 
 
-async def _best_answer_call(trainer: "Trainer", draw: PromptDraw) -> ToolCall | None:
+async def _best_answer_call(trainer: "Trainer", draw: PromptDraw, errors: list[str] | None = None) -> ToolCall | None:
     answer = next((tool for tool in draw.tools if isinstance(tool, AnswerTool) and tool.labels), None)
     if answer is None:
         return None
@@ -63,7 +66,12 @@ async def _best_answer_call(trainer: "Trainer", draw: PromptDraw) -> ToolCall | 
     try:
         for label in answer.labels:
             call = ToolCall(id="call_0", name=answer.name, arguments={"model": label})
-            result = await answer.run(call.arguments, ToolContext(task=draw.task))
+            try:
+                result = await answer.run(call.arguments, ToolContext(task=draw.task))
+            except Exception as exc:  # worded as the loop words a tool that raised
+                result = ToolResult(error=f"tool {answer.name} failed: {exc.__class__.__name__}: {exc}")
+            if result.error and errors is not None:
+                errors.append(result.error)
             trajectory = Trajectory(task_id=draw.task.id, question=draw.task.prompt, final_answer=result.answer,
                                     answered_by=result.model, latency_s=result.latency_s,
                                     steps=[_tool_step(0, call, result)])
@@ -91,9 +99,10 @@ def run_sft(trainer: "Trainer", on_step: Callable[[int, float], None] | None = N
     from toolorchestra.train.grpo import token_logprobs
 
     config = trainer.config.sft
-    examples = build_examples(trainer)
+    errors: list[str] = []
+    examples = build_examples(trainer, errors)
     if not examples:
-        return {"sft_examples": 0, "sft_steps": 0}
+        raise TrainingError(_no_examples_message(trainer, errors))
     parameters = [param for param in trainer.policy.parameters() if param.requires_grad]
     optimizer = torch.optim.AdamW(parameters, lr=config.lr)
     generator = torch.Generator().manual_seed(trainer.config.seed)
@@ -115,6 +124,19 @@ def run_sft(trainer: "Trainer", on_step: Callable[[int, float], None] | None = N
     trainer.policy.eval()
     return {"sft_examples": len(examples), "sft_steps": config.steps, "sft_loss_first": losses[0],
             "sft_loss_last": losses[-1]}
+
+
+def _no_examples_message(trainer: "Trainer", errors: list[str]) -> str:
+    from toolorchestra.train.health import first_distinct, format_errors
+
+    tasks = len(trainer.tasks[:trainer.config.sft.max_tasks])
+    message = (f"the SFT warm start (sft.steps: {trainer.config.sft.steps}) found no example in the first {tasks} "
+               f"training tasks of {trainer.config.data.env}")
+    if errors:
+        return (f"{message}: {len(errors)} answer calls failed. First errors: "
+                f"{format_errors(first_distinct(errors))}")
+    return (f"{message}: no answer-tool label answered any of them correctly (or the env offers no answer tool "
+            "with labels); set sft.steps: 0 to train without the warm start")
 
 
 def _pad(batch: list[tuple[list[int], list[int]]], pad_id: int, device: Any) -> tuple[Any, Any, Any]:

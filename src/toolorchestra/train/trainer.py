@@ -18,6 +18,7 @@ from toolorchestra.envs.base import Env, Task
 from toolorchestra.reward import batch_advantages, group_rewards, reward_std
 from toolorchestra.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from toolorchestra.train.config import TrainConfig
+from toolorchestra.train.health import check_rollouts
 from toolorchestra.train.rollout import Episode, RolloutEngine
 from toolorchestra.train.sampler import TaskSampler
 
@@ -120,6 +121,7 @@ class Trainer:
         saved_before = self.rollout.prefill_stats["prefill_tokens_saved"]
         with torch.no_grad():
             episodes = self.rollout.run(draws)
+        check_rollouts(episodes, self.global_step + 1)  # a broken env stops the run with its errors
         rollout_time = time.perf_counter() - started
         groups = [[episode for episode in episodes if episode.group == index] for index in range(len(draws))]
         rewards = [group_rewards([e.features() for e in group], [e.correct for e in group],
@@ -160,7 +162,8 @@ class Trainer:
         actor = self.config.actor
         temperature = self.config.rollout.temperature
         batch = _pad_batch(episodes, self.rollout.pad_id, self.policy.device)
-        advantages = torch.tensor([episode.advantage for episode in episodes], dtype=torch.float32)
+        advantages = torch.tensor([episode.advantage for episode in episodes], dtype=torch.float32,
+                                  device=batch["ids"].device)
         minibatches = _split(list(range(len(episodes))), self.config.data.train_batch_size // actor.ppo_mini_batch_size)
         # With one update per batch the policy that sampled is the policy being scored, so the "old" log-probs
         # are the current ones, detached (the ratio is 1, as in verl); a separate no-grad pass would only

@@ -1,0 +1,23 @@
+"""Per-row token limits for batched generation, guided or not.
+
+Kept apart from `guided` (which imports xgrammar) so that unguided generation works without xgrammar.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import transformers
+
+
+class RowTokenLimits(transformers.StoppingCriteria):
+    """Stops each batch row at its own max_tokens, so requests with different limits share a batch."""
+
+    def __init__(self, limits: list[int], prompt_width: int) -> None:
+        self.limits = torch.tensor(limits)
+        self.prompt_width = prompt_width
+
+    def __call__(self, input_ids: torch.LongTensor, scores: Any, **kwargs: Any) -> torch.BoolTensor:
+        generated = input_ids.shape[1] - self.prompt_width
+        return (generated >= self.limits).to(input_ids.device)
