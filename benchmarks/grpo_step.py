@@ -217,7 +217,7 @@ def answer_call_reward(prompts: list[Any], completions: list[str], **_: Any) -> 
 
 def rendered_prompts(config: Any, env: Any, tasks: list[Any], tokenizer: Any, count: int) -> list[str]:
     """The chat text our trainer's first `count` prompts render to (a twin sampler, same seed)."""
-    from toolorchestra.agent.prompt import system_prompt
+    from toolorchestra.agent.prompt import initial_messages
     from toolorchestra.backends.toolcalls import to_plain_messages
     from toolorchestra.train.rollout import question_text
     from toolorchestra.train.sampler import TaskSampler
@@ -225,8 +225,8 @@ def rendered_prompts(config: Any, env: Any, tasks: list[Any], tokenizer: Any, co
     sampler = TaskSampler(env, tasks, config.sampler, config.seed)
     texts = []
     for draw in sampler.next_batch(count):
-        messages = [{"role": "system", "content": system_prompt(draw.tools, draw.preference)},
-                    {"role": "user", "content": question_text(draw.task, config.data.max_question_chars)}]
+        messages = initial_messages(draw.tools, question_text(draw.task, config.data.max_question_chars),
+                                    draw.preference, draw.wording)
         schemas = [tool.schema() for tool in draw.tools]
         texts.append(tokenizer.apply_chat_template(to_plain_messages(messages, schemas), tokenize=False,
                                                    add_generation_prompt=True))

@@ -21,7 +21,6 @@ from typing import Any
 
 import jsonschema
 
-from toolorchestra.agent.preference import Preference
 from toolorchestra.backends.base import Completion
 from toolorchestra.backends.local import LocalBackend
 from toolorchestra.catalog.schema import LocalBackendSpec
@@ -78,7 +77,7 @@ def default_tools() -> tuple[list[dict[str, Any]], str]:
 
         catalog = default_catalog()
         tools = build_tools(catalog.tools, ModelPool(catalog.models))
-        return [tool.schema() for tool in tools], system_prompt(tools, Preference())
+        return [tool.schema() for tool in tools], system_prompt(tools)
     except ImportError as exc:
         print(f"(default tools unavailable: {exc}; using inline schemas)")
         from toolorchestra.agent.prompt import ROLE

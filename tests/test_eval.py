@@ -13,6 +13,9 @@ from typing import Any
 
 import pytest
 
+from toolorchestra.agent.preference import Preference
+from toolorchestra.agent.prompt import wording_for
+
 from toolorchestra.agent.trajectory import read_trajectories
 from toolorchestra.backends.base import Backend, Completion, ToolCall, Usage
 from toolorchestra.bench.eval import EvalRequest, evaluate, run_eval
@@ -195,8 +198,10 @@ async def test_orchestrator_policy_runs_the_loop_over_replay_tools(tmp_path):
     assert metrics["tokens"]["orchestrator_prompt"] == 100 * 60
     assert metrics["correct"] == expected
     trajectory = next(read_trajectories(tmp_path / "trajectories.jsonl"))
-    # the orchestrator saw the question without RouterBench's few-shot exemplars
-    assert trajectory.messages[1]["content"] == env.task(trajectory.task_id).meta["query"]
+    # the orchestrator saw the question without RouterBench's few-shot exemplars, then the preference
+    question, preference = trajectory.messages[1]["content"].rsplit("\n\nPreference: ", 1)
+    assert question == env.task(trajectory.task_id).meta["query"]
+    assert preference == Preference().describe(wording_for(trajectory.task_id))
     assert trajectory.latency_s == pytest.approx(sum(s.latency_s for s in trajectory.steps))
 
 

@@ -13,7 +13,7 @@ import time
 from typing import Any, Callable
 
 from toolorchestra.agent.preference import Preference
-from toolorchestra.agent.prompt import system_prompt
+from toolorchestra.agent.prompt import initial_messages, wording_for
 from toolorchestra.agent.trajectory import Step, Trajectory
 from toolorchestra.backends.base import Backend, Completion, ToolCall
 from toolorchestra.catalog.schema import Price
@@ -55,10 +55,7 @@ class Orchestrator:
         self.on_step = on_step
 
     def initial_messages(self, task: Task) -> list[dict[str, Any]]:
-        return [
-            {"role": "system", "content": system_prompt(list(self.tools.values()), self.preference)},
-            {"role": "user", "content": task.prompt},
-        ]
+        return initial_messages(list(self.tools.values()), task.prompt, self.preference, wording_for(task.id))
 
     async def run(self, task: Task) -> Trajectory:
         token = current_task.set(task)

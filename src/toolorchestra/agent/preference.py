@@ -9,6 +9,34 @@ from pydantic import BaseModel, Field
 
 from toolorchestra.errors import UserError
 
+# Wordings of the named preferences. Number 0 is the original phrasing; the trainer samples among all of
+# them and evaluation picks one per task (agent/prompt.py), so a policy learns the meaning, not a phrase.
+_ACCURACY_WORDINGS = (
+    "The user wants the most accurate answer.",
+    "Accuracy matters most here; the price does not.",
+    "Give the answer that is most likely to be correct, whatever it costs.",
+    "Priority: a correct answer. Money and waiting time are no concern.",
+)
+_COST_WORDINGS = (
+    "The user wants a correct answer and asks you to keep the dollar cost low (important).",
+    "Be frugal: a correct answer at the lowest price you can.",
+    "Money matters: prefer cheap models that still get this right.",
+    "Priority: low cost, while staying correct.",
+)
+_LATENCY_WORDINGS = (
+    "The user wants a correct answer and asks you to keep the answer fast.",
+    "Speed matters: a correct answer with the least waiting.",
+    "Answer quickly: prefer fast models that still get this right.",
+    "Priority: low latency, while staying correct.",
+)
+_TOOL_WORDINGS = (
+    "The user wants a correct answer and asks you to {verb} {name}.",
+    "Please {verb} {name} for this task.",
+    "The user asks: {verb} {name} where you can, and stay correct.",
+    "Priority: {verb} {name}, while staying correct.",
+)
+WORDINGS = len(_ACCURACY_WORDINGS)
+
 _NAMED = {
     "accuracy": {"accuracy": 1.0},
     "cost": {"accuracy": 1.0, "cost": 1.0},
@@ -62,7 +90,21 @@ class Preference(BaseModel):
         vector.update({f"calls:{name}": weight for name, weight in self.tools.items()})
         return vector
 
-    def describe(self) -> str:
+    def describe(self, wording: int = 0) -> str:
+        """The preference in words for the orchestrator's prompt; `wording` picks one of `WORDINGS`
+        phrasings of the named preferences (accuracy, cost, latency, one tool); mixed weights get one
+        generic sentence."""
+        index = wording % WORDINGS
+        if not self.prefer_local and self.accuracy > 0:
+            if not self.tools and self.latency == 0 and self.cost == 0:
+                return _ACCURACY_WORDINGS[index]
+            if not self.tools and self.latency == 0 and self.cost >= self.accuracy:
+                return _COST_WORDINGS[index]
+            if not self.tools and self.cost == 0 and self.latency >= self.accuracy:
+                return _LATENCY_WORDINGS[index]
+            if len(self.tools) == 1 and self.cost == 0 and self.latency == 0:
+                name, weight = next(iter(self.tools.items()))
+                return _TOOL_WORDINGS[index].format(verb="use" if weight > 0 else "avoid", name=name)
         parts = []
         if self.cost > 0:
             parts.append("keep the dollar cost low" + (" (important)" if self.cost >= self.accuracy else ""))

@@ -1,8 +1,22 @@
-"""The orchestrator's system prompt: its role, the price/latency table and the user's preference."""
+"""The orchestrator's prompt: a static system message (role and price/latency table) and a user message
+(the question, then the user's preference).
+
+The order is deliberate: everything that depends only on the tool catalog comes first and everything
+that changes per request comes last, so every request over the same catalog shares one long prompt
+prefix. The trainer computes that prefix once per batch and the local backend once per catalog
+(prefix caching, as vLLM's automatic prefix caching does for a served model).
+
+The preference is stated in one of several wordings (`Preference.describe(wording)`). Training draws the
+wording at random; evaluation and `toolorchestra run` pick it from the task id (`wording_for`), so the
+same task always gets the same text and a trained policy must read the meaning, not one fixed phrase.
+"""
 
 from __future__ import annotations
 
-from toolorchestra.agent.preference import Preference
+import hashlib
+from typing import Any
+
+from toolorchestra.agent.preference import WORDINGS, Preference
 from toolorchestra.tools.base import Tool
 
 ROLE = (
@@ -11,19 +25,41 @@ ROLE = (
     "When you know the answer, call the answer tool."
 )
 
+_PRICE_COLUMNS = (("input_per_m", "$/1M in"), ("output_per_m", "$/1M out"), ("per_call", "$/call"))
+
 
 def price_table(tools: list[Tool]) -> str:
-    """A compact Markdown table of every label's price (USD per 1M tokens) and expected latency."""
-    lines = ["| tool | label | $/1M in | $/1M out | $/call | latency s |", "|---|---|---|---|---|---|"]
-    for tool in tools:
-        for row in tool.price_rows():
-            latency = "-" if row["latency_s"] is None else f"{row['latency_s']:.1f}"
-            lines.append(
-                f"| {row['tool']} | {row['label'] or '-'} | {row['input_per_m']:g} | {row['output_per_m']:g} "
-                f"| {row['per_call']:g} | {latency} |"
-            )
+    """A compact Markdown table of every label's price (USD) and expected latency. A price column that is
+    zero in every row (e.g. per-token prices of a catalog that charges per call) is left out: it tells the
+    orchestrator nothing and costs it prompt tokens."""
+    rows = [row for tool in tools for row in tool.price_rows()]
+    columns = [(key, title) for key, title in _PRICE_COLUMNS if any(row[key] for row in rows)]
+    header = ["tool", "label", *(title for _, title in columns), "latency s"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in rows:
+        latency = "-" if row["latency_s"] is None else f"{row['latency_s']:.1f}"
+        cells = [row["tool"], row["label"] or "-", *(f"{row[key]:g}" for key, _ in columns), latency]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def system_prompt(tools: list[Tool], preference: Preference) -> str:
-    return f"{ROLE}\n\nPrices and latency:\n{price_table(tools)}\n\nPreference: {preference.describe()}"
+def system_prompt(tools: list[Tool]) -> str:
+    """The static part: role and price table (the tools' schemas are appended when rendered)."""
+    return f"{ROLE}\n\nPrices and latency:\n{price_table(tools)}"
+
+
+def user_message(question: str, preference: Preference, wording: int = 0) -> str:
+    """The question, then the preference in wording number `wording`."""
+    return f"{question}\n\nPreference: {preference.describe(wording)}"
+
+
+def wording_for(task_id: str) -> int:
+    """The preference wording evaluation uses for a task: fixed per task id, spread over all wordings."""
+    return int(hashlib.sha1(task_id.encode()).hexdigest()[:8], 16) % WORDINGS
+
+
+def initial_messages(tools: list[Tool], question: str, preference: Preference,
+                     wording: int = 0) -> list[dict[str, Any]]:
+    """The first two messages of every episode (live loop, rollouts, SFT and label scoring alike)."""
+    return [{"role": "system", "content": system_prompt(tools)},
+            {"role": "user", "content": user_message(question, preference, wording)}]

@@ -272,8 +272,13 @@ class _Prepared:
 class _LoadedModel:
     """Weights, tokenizer and grammar cache of one (path, dtype, device), shared by every backend."""
 
-    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> None:
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, *,
+                 frozen: bool = True) -> None:
+        from toolorchestra.backends.prefix_cache import PrefixCache
+
         self.model, self.tokenizer = model, tokenizer
+        # Shared prompt prefixes are cached only for weights that never change while serving.
+        self.prefix_cache: PrefixCache | None = PrefixCache() if frozen else None
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
         # One generate() at a time: parallel ones would only fight over the same cores.
@@ -353,7 +358,7 @@ class LocalBackend(Backend):
         """A backend over a model already in memory (e.g. the policy being trained); `spec` only
         sets batching and guidance, its path is not loaded."""
         backend = cls(spec)
-        backend._loaded = _LoadedModel(model, tokenizer)
+        backend._loaded = _LoadedModel(model, tokenizer, frozen=False)
         if name is not None:
             backend.name = name
         return backend
@@ -499,9 +504,18 @@ def _generate(loaded: _LoadedModel, prepared: list[_Prepared], reasoning_tokens:
 
     tokenizer, model = loaded.tokenizer, loaded.model
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    width = max(len(item.prompt_ids) for item in prepared)
-    input_ids = torch.tensor([[pad_id] * (width - len(p.prompt_ids)) + p.prompt_ids for p in prepared])
-    attention_mask = torch.tensor([[0] * (width - len(p.prompt_ids)) + [1] * len(p.prompt_ids) for p in prepared])
+    cached = None
+    if loaded.prefix_cache is not None:
+        cached = loaded.prefix_cache.layout(model, [item.prompt_ids for item in prepared], pad_id)
+    extra: dict[str, Any] = {}
+    if cached is not None:  # [shared prefix][padding][own suffix], the prefix's KV cache computed once
+        input_ids, attention_mask, extra["past_key_values"] = cached
+    else:
+        width = max(len(item.prompt_ids) for item in prepared)
+        input_ids = torch.tensor([[pad_id] * (width - len(p.prompt_ids)) + p.prompt_ids for p in prepared])
+        attention_mask = torch.tensor([[0] * (width - len(p.prompt_ids)) + [1] * len(p.prompt_ids)
+                                       for p in prepared])
+    width = input_ids.shape[1]
     limits = [item.request.max_tokens for item in prepared]
     processors = LogitsProcessorList()
     grammars = [
@@ -528,6 +542,7 @@ def _generate(loaded: _LoadedModel, prepared: list[_Prepared], reasoning_tokens:
             pad_token_id=pad_id,
             eos_token_id=sorted(loaded.eos_ids()),
             **sampling_args,
+            **extra,
         )
     eos_ids = loaded.eos_ids()
     return [_until_eos(row[width:].tolist(), eos_ids, limit) for row, limit in zip(output, limits)]

@@ -86,7 +86,12 @@ class RolloutConfig(_Strict):
 
 
 class AlgorithmConfig(_Strict):
-    adv_estimator: Literal["grpo"] = "grpo"
+    adv_estimator: Literal["grpo", "counterfactual"] = Field(
+        "grpo", description="grpo: sampled episodes, group-normalized advantages (the paper's path); "
+        "counterfactual: the exact expected reward over every answer label of a replay world, no sampling "
+        "(train/counterfactual.py)")
+    format_coef: float = Field(
+        1.0, ge=0, description="counterfactual: weight of log p(some valid answer call), which teaches the format")
     norm_adv_by_std: Literal["group", "batch", "none"] = "group"
     filter_min_reward_std: float = Field(0.1, ge=0, description="drop groups whose reward std is below this")
     filter_invalid: bool = Field(True, description="drop episodes without a valid final answer or with malformed calls")
@@ -105,6 +110,9 @@ class SamplerConfig(_Strict):
         "as TOOL-1..k in a random order, so labels carry no model identity",
     )
     tool_keep_prob: float = Field(1.0, ge=0, le=1, description="chance each non-answer tool is offered")
+    random_wording: bool = Field(
+        True, description="state the preference in a randomly drawn one of its wordings (evaluation picks one "
+        "per task id), so the policy learns the meaning rather than one phrase")
     preferences: dict[str, float] = Field(
         default_factory=lambda: {"accuracy": 1.0, "cost": 1.0, "latency": 0.5, "tool": 0.5},
         description="relative frequency of each preference kind: accuracy, cost, latency, tool",
@@ -131,6 +139,9 @@ class SFTConfig(_Strict):
     batch_size: int = Field(8, ge=1)
     lr: float = Field(1e-4, gt=0)
     max_tasks: int = Field(64, ge=1, description="train tasks used to build examples")
+    tie_break: Literal["random", "first"] = Field(
+        "random", description="among equally rewarded correct labels, the target is a random one (first: the "
+        "first in the offered order, which teaches 'pick the first label')")
 
 
 class TrainerConfig(_Strict):

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from toolorchestra.agent.loop import NO_CALL_HINT, _tool_step, current_task
-from toolorchestra.agent.prompt import system_prompt
+from toolorchestra.agent.prompt import initial_messages
 from toolorchestra.agent.trajectory import Step, Trajectory
 from toolorchestra.backends.base import ToolCall
 from toolorchestra.backends.toolcalls import parse_tool_calls, to_plain_messages
@@ -151,10 +151,8 @@ class RolloutEngine:
         episodes = []
         for group, draw in enumerate(draws):
             schemas = [tool.schema() for tool in draw.tools]
-            messages = [
-                {"role": "system", "content": system_prompt(draw.tools, draw.preference)},
-                {"role": "user", "content": question_text(draw.task, self.max_question_chars)},
-            ]
+            messages = initial_messages(draw.tools, question_text(draw.task, self.max_question_chars),
+                                        draw.preference, draw.wording)
             prompt_ids = self.renderer.prompt_ids(messages, schemas)
             for _ in range(self.config.n):
                 trajectory = Trajectory(task_id=draw.task.id, env=self.env.name, split=draw.task.split,

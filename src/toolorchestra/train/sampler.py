@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from toolorchestra.agent.preference import Preference
+from toolorchestra.agent.preference import WORDINGS, Preference
 from toolorchestra.backends.pool import ModelPool
 from toolorchestra.envs.base import Env, Task
 from toolorchestra.tools.base import Tool
@@ -34,6 +34,7 @@ class PromptDraw:
     tools: list[Tool]
     preference: Preference
     price_factors: dict[str, float]
+    wording: int = 0  # which phrasing of the preference the prompt uses (agent/prompt.py)
 
 
 class TaskSampler:
@@ -85,7 +86,8 @@ class TaskSampler:
             else:
                 tools.append(tool)
         preference = self._preference(tools)
-        return PromptDraw(task=task, tools=tools, preference=preference, price_factors=factors)
+        wording = self.rng.randrange(WORDINGS) if self.config.random_wording else 0
+        return PromptDraw(task=task, tools=tools, preference=preference, price_factors=factors, wording=wording)
 
     def _offered_models(self, models: list[str]) -> list[str]:
         if not models:
@@ -172,9 +174,14 @@ def _repriced_pool(pool: ModelPool, factors: dict[str, float]) -> ModelPool:
 
 
 def _preferable_names(tools: list[Tool]) -> list[str]:
-    """Labels of LLM tools that are not the answer tool, else any non-answer tool name."""
+    """Labels of LLM tools that are not the answer tool, else any non-answer tool name, else the answer
+    tool's labels."""
     labels = [label for tool in tools if isinstance(tool, LLMTool) and not isinstance(tool, AnswerTool)
               for label in tool.labels]
     if labels:
         return labels
-    return [tool.name for tool in tools if not isinstance(tool, AnswerTool)]
+    names = [tool.name for tool in tools if not isinstance(tool, AnswerTool)]
+    if names:
+        return names
+    # Only the answer tool is offered: "use X" names one of its labels (the model to answer with).
+    return [label for tool in tools if isinstance(tool, AnswerTool) for label in tool.labels]

@@ -16,7 +16,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any, Callable
 
 from toolorchestra.agent.loop import _tool_step, current_task
-from toolorchestra.agent.prompt import system_prompt
+from toolorchestra.agent.prompt import initial_messages
 from toolorchestra.agent.trajectory import Trajectory
 from toolorchestra.backends.base import ToolCall
 from toolorchestra.backends.toolcalls import render_tool_call
@@ -47,8 +47,8 @@ def build_examples(trainer: "Trainer", errors: list[str] | None = None) -> list[
             call = loop.run_until_complete(_best_answer_call(trainer, draw, errors))
             if call is None:
                 continue
-            messages = [{"role": "system", "content": system_prompt(draw.tools, draw.preference)},
-                        {"role": "user", "content": question_text(task, trainer.config.data.max_question_chars)}]
+            messages = initial_messages(draw.tools, question_text(task, trainer.config.data.max_question_chars),
+                                        draw.preference, draw.wording)
             prompt = renderer.prompt_ids(messages, [tool.schema() for tool in draw.tools])
             target = renderer.encode(render_tool_call(call)) + [renderer.end_of_turn_id]
             examples.append((prompt + target, [0] * len(prompt) + [1] * len(target)))

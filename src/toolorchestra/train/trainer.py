@@ -94,6 +94,7 @@ class Trainer:
         self.rollout = RolloutEngine(self.policy, tokenizer, self.env, config.rollout,
                                      max_question_chars=config.data.max_question_chars)
         self.global_step = 0
+        self._counterfactual: Any = None
         self._writer: Any = None
         self.metrics_path = self.run_dir / "metrics.jsonl"
         if resume:
@@ -117,6 +118,8 @@ class Trainer:
 
         started = time.perf_counter()
         draws = self.sampler.next_batch(self.config.data.train_batch_size)
+        if self.config.algorithm.adv_estimator == "counterfactual":
+            return self._counterfactual_step(draws, started)
         self.policy.eval()
         saved_before = self.rollout.prefill_stats["prefill_tokens_saved"]
         with torch.no_grad():
@@ -152,6 +155,20 @@ class Trainer:
         if update_metrics.get("train_tokens"):
             metrics["train_tokens_per_s"] = update_metrics["train_tokens"] / max(update_time, 1e-9)
         self._log(metrics, episodes)
+        return metrics
+
+    def _counterfactual_step(self, draws: list[Any], started: float) -> dict[str, Any]:
+        """One step of the counterfactual estimator (train/counterfactual.py): no rollouts; every label's
+        recorded outcome and the exact expected reward under the policy."""
+        if self._counterfactual is None:
+            from toolorchestra.train.counterfactual import CounterfactualLearner
+
+            self._counterfactual = CounterfactualLearner(self)
+        self.global_step += 1
+        metrics: dict[str, Any] = {"step": self.global_step, **self._counterfactual.step(draws)}
+        metrics["step_time_s"] = time.perf_counter() - started
+        metrics["train_tokens_per_s"] = metrics["train_tokens"] / max(metrics["update_time_s"], 1e-9)
+        self._log(metrics, [])
         return metrics
 
     def _update(self, episodes: list[Episode]) -> dict[str, float]:

@@ -1,0 +1,86 @@
+"""Prompt-prefix caching for local generation: the KV cache of a prompt prefix that many requests share.
+
+Every orchestrator request over one tool catalog starts with the same system message (agent/prompt.py puts
+the request-specific question and preference last), typically hundreds of tokens. `PrefixCache` keeps the
+KV cache of the most recent shared prefixes, so a batch pays only for its rows' own suffixes; the rows are
+then laid out as [shared prefix][padding][own suffix] with the padding masked out and positions counted from
+the attention mask, which gives each row exactly the positions it would have alone.
+Only for models whose weights do not change while they serve (not the policy being trained).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any, Sequence
+
+if TYPE_CHECKING:
+    import torch
+
+MIN_SHARED_TOKENS = 64  # below this a shared prefix is not worth a separate pass
+KEEP = 4  # distinct prefixes remembered (tool catalogs in use at once)
+
+
+def common_prefix_length(sequences: Sequence[Sequence[int]]) -> int:
+    """Length of the longest token prefix all `sequences` share."""
+    if not sequences:
+        return 0
+    first = sequences[0]
+    length = min(len(sequence) for sequence in sequences)
+    for index in range(length):
+        token = first[index]
+        if any(sequence[index] != token for sequence in sequences):
+            return index
+    return length
+
+
+class PrefixCache:
+    def __init__(self) -> None:
+        self._entries: OrderedDict[tuple[int, ...], list[tuple["torch.Tensor", "torch.Tensor"]]] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.tokens_saved = 0
+
+    def layout(self, model: Any, prompts: Sequence[Sequence[int]], pad_id: int
+               ) -> tuple["torch.Tensor", "torch.Tensor", Any] | None:
+        """(input_ids, attention_mask, past_key_values) for `generate` with the rows' shared prefix cached,
+        or None when they share fewer than MIN_SHARED_TOKENS tokens."""
+        import torch
+        from transformers import DynamicCache
+
+        shared = min(common_prefix_length(prompts), min(len(prompt) for prompt in prompts) - 1)
+        if shared < MIN_SHARED_TOKENS:
+            return None
+        layers = self._layers(model, tuple(prompts[0][:shared]))
+        width = max(len(prompt) - shared for prompt in prompts)
+        ids, mask = [], []
+        for prompt in prompts:
+            own = list(prompt[shared:])
+            padding = width - len(own)
+            ids.append(list(prompt[:shared]) + [pad_id] * padding + own)
+            mask.append([1] * shared + [0] * padding + [1] * len(own))
+        rows = len(prompts)
+        cache = DynamicCache(ddp_cache_data=[(keys.expand(rows, -1, -1, -1), values.expand(rows, -1, -1, -1))
+                                             for keys, values in layers], config=model.config)
+        self.tokens_saved += shared * rows
+        return torch.tensor(ids), torch.tensor(mask), cache
+
+    def _layers(self, model: Any, prefix: tuple[int, ...]) -> list[tuple["torch.Tensor", "torch.Tensor"]]:
+        import torch
+        from transformers import DynamicCache
+
+        with self._lock:
+            if prefix in self._entries:
+                self._entries.move_to_end(prefix)
+                self.hits += 1
+                return self._entries[prefix]
+        cache = DynamicCache(config=model.config)
+        with torch.inference_mode():
+            model(input_ids=torch.tensor([list(prefix)], device=model.device), past_key_values=cache,
+                  use_cache=True, logits_to_keep=1)
+        layers = [(layer.keys, layer.values) for layer in cache.layers]
+        with self._lock:
+            self._entries[prefix] = layers
+            while len(self._entries) > KEEP:
+                self._entries.popitem(last=False)
+        return layers

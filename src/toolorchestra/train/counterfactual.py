@@ -1,0 +1,226 @@
+"""Counterfactual label training: the exact expected reward over every answer label, in one forward pass.
+
+A replay world knows what each model answered to each task, so for a training prompt the outcome of every
+answer call the orchestrator could make (`answer(model=LABEL)` for each offered label) is known without
+sampling. `label_outcomes` runs every such call through the real answer tool and scores it with the env;
+the ToolOrchestra reward (toolorchestra.reward.group_rewards) is then computed over that counterfactual
+group of calls, exactly as GRPO computes it over G sampled episodes.
+
+The policy's probability of each call is the probability of its whole token sequence. With q the policy
+restricted to the valid answer calls (q_l ∝ p(call_l | prompt)), the loss of one prompt is
+
+    - Σ_l q_l A_l          exact expected advantage; A = the group z-score of the rewards over labels
+    - entropy_coeff H(q)   keeps the label distribution from collapsing early
+    - format_coef log Σ_l p(call_l | prompt)   likelihood of writing some valid answer call at all
+
+The first term's gradient is the exact policy gradient over labels (no sampling noise, every label's
+reward used); the last term teaches the call format, so no SFT warm start is needed. All label calls of a
+prompt share its prompt and the calls' common opening tokens, and all prompts share the system message:
+train/prefix.py computes each of these once. This is an option beside GRPO (`algorithm.adv_estimator:
+counterfactual`); it needs an env with recorded outcomes and an answer tool with labels, and it trains the
+one routing decision, not multi-turn tool use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from toolorchestra.agent.loop import _tool_step, current_task
+from toolorchestra.agent.prompt import initial_messages
+from toolorchestra.agent.trajectory import Trajectory
+from toolorchestra.backends.base import ToolCall
+from toolorchestra.backends.toolcalls import render_tool_call
+from toolorchestra.envs.base import Env
+from toolorchestra.reward import group_advantages, group_rewards
+from toolorchestra.tools.base import ToolContext
+from toolorchestra.tools.llm import AnswerTool
+from toolorchestra.train.prefix import SharedPrefix, common_prefix_length
+from toolorchestra.train.sampler import PromptDraw
+
+if TYPE_CHECKING:
+    from toolorchestra.train.trainer import Trainer
+
+
+@dataclass
+class LabelOutcomes:
+    """What every answer label of one draw would have given: correctness, dollars, seconds, reward."""
+
+    tool: str
+    labels: list[str]
+    models: list[str]
+    correct: list[bool]
+    cost: list[float]
+    latency: list[float]
+    rewards: list[float]
+    errors: list[str]
+
+    def call(self, index: int) -> ToolCall:
+        return ToolCall(id="call_0", name=self.tool, arguments={"model": self.labels[index]})
+
+
+async def label_outcomes(env: Env, draw: PromptDraw) -> LabelOutcomes | None:
+    """Run `answer(model=LABEL)` for every offered label through the real tool and score it; None when the
+    draw offers no answer tool with labels."""
+    answer = next((tool for tool in draw.tools if isinstance(tool, AnswerTool) and tool.labels), None)
+    if answer is None:
+        return None
+    labels = list(answer.labels)
+    correct, cost, latency, models, errors, features = [], [], [], [], [], []
+    token = current_task.set(draw.task)
+    try:
+        for label in labels:
+            call = ToolCall(id="call_0", name=answer.name, arguments={"model": label})
+            result = await answer.run(call.arguments, ToolContext(task=draw.task))
+            trajectory = Trajectory(task_id=draw.task.id, question=draw.task.prompt, final_answer=result.answer,
+                                    answered_by=result.model, latency_s=result.latency_s,
+                                    steps=[_tool_step(0, call, result)])
+            ok = bool(env.score(draw.task, trajectory).correct) if result.final else False
+            if result.error:
+                errors.append(result.error)
+            correct.append(ok)
+            cost.append(trajectory.cost_usd)
+            latency.append(trajectory.latency_s)
+            models.append(answer.labels[label])
+            features.append({"accuracy": float(ok), "cost": trajectory.cost_usd, "latency": trajectory.latency_s,
+                             f"calls:{answer.name}": 1.0, f"calls:{label}": 1.0})
+    finally:
+        current_task.reset(token)
+    rewards = group_rewards(features, correct, draw.preference.weights())
+    return LabelOutcomes(answer.name, labels, models, correct, cost, latency, rewards, errors)
+
+
+class CounterfactualLearner:
+    """One counterfactual step for a `Trainer`: outcomes (cached per draw), prompts, scoring, loss, update."""
+
+    def __init__(self, trainer: "Trainer") -> None:
+        self.trainer = trainer
+        self._outcomes: dict[str, LabelOutcomes | None] = {}
+        self._loop = asyncio.new_event_loop()
+
+    def outcomes(self, draw: PromptDraw) -> LabelOutcomes | None:
+        key = json.dumps([draw.task.id, [tool.name for tool in draw.tools], draw.price_factors,
+                          draw.preference.weights(),
+                          [list(getattr(tool, "labels", {}).items()) for tool in draw.tools]], sort_keys=True)
+        if key not in self._outcomes:
+            self._outcomes[key] = self._loop.run_until_complete(label_outcomes(self.trainer.env, draw))
+        return self._outcomes[key]
+
+    def prompt_ids(self, draw: PromptDraw) -> list[int]:
+        from toolorchestra.train.rollout import question_text
+
+        trainer = self.trainer
+        messages = initial_messages(draw.tools, question_text(draw.task, trainer.config.data.max_question_chars),
+                                    draw.preference, draw.wording)
+        return trainer.rollout.renderer.prompt_ids(messages, [tool.schema() for tool in draw.tools])
+
+    def call_ids(self, outcome: LabelOutcomes) -> list[list[int]]:
+        renderer = self.trainer.rollout.renderer
+        return [renderer.encode(render_tool_call(outcome.call(index))) + [renderer.end_of_turn_id]
+                for index in range(len(outcome.labels))]
+
+    def step(self, draws: list[PromptDraw]) -> dict[str, Any]:
+        import torch
+
+        trainer = self.trainer
+        config = trainer.config
+        started = time.perf_counter()
+        items = [(draw, self.outcomes(draw)) for draw in draws]
+        usable = [(draw, outcome) for draw, outcome in items if outcome is not None]
+        stems: list[list[int]] = []
+        if not usable:
+            from toolorchestra.errors import TrainingError
+
+            raise TrainingError("algorithm.adv_estimator counterfactual: no draw of this step offers an answer tool "
+                                "with model labels; this estimator trains the answer-label decision only")
+        errors = sorted({error for _, outcome in usable for error in outcome.errors})
+        if all(len(outcome.errors) == len(outcome.labels) for _, outcome in usable):
+            from toolorchestra.errors import TrainingError
+
+            raise TrainingError("every answer call of this step failed, so there is nothing to learn from; first "
+                                f"errors: {'; '.join(errors[:3])}")
+        prompts, calls = [], []
+        for draw, outcome in usable:
+            # The label calls' common opening tokens (`<tool_call>` ... `"model": "`) join the prompt, so
+            # only the short label tails are scored per label; they cancel in q and count in log p(valid).
+            full = self.call_ids(outcome)
+            stem = min(common_prefix_length(full), min(len(call) for call in full) - 1)
+            prompts.append(self.prompt_ids(draw) + full[0][:stem])
+            calls.append([call[stem:] for call in full])
+            stems.append(full[0][:stem])
+        prepared = time.perf_counter()
+        trainer.policy.train()
+        # log p(call_l | prompt) for every label (the calls' common opening tokens cancel in q). The system
+        # message all prompts share is run once; prompts are scored ppo_micro_batch_size at a time, each
+        # chunk's graph freed after its backward (train/prefix.py), which bounds memory.
+        actor, algorithm = config.actor, config.algorithm
+        shared = SharedPrefix(trainer.policy, prompts, trainer.rollout.pad_id)
+        stats, total_loss = _Stats(), 0.0
+        chunk = actor.ppo_micro_batch_size
+        for start in range(0, len(usable), chunk):
+            indices = list(range(start, min(start + chunk, len(usable))))
+            scores = shared.score(indices, [calls[i] for i in indices], config.rollout.temperature,
+                                  prompt_tails=[len(stems[i]) for i in indices])
+            losses = []
+            for index, scored in zip(indices, scores):
+                label_logp, stem_logp = scored[:-1], scored[-1]
+                outcome = usable[index][1]
+                advantages = torch.tensor(group_advantages(outcome.rewards, "group"), dtype=torch.float32,
+                                          device=label_logp.device)
+                log_q = torch.log_softmax(label_logp, -1)
+                q = log_q.exp()
+                entropy = -(q * log_q).sum()
+                log_valid = stem_logp + torch.logsumexp(label_logp, -1)
+                losses.append(-(q * advantages).sum() - actor.entropy_coeff * entropy
+                              - algorithm.format_coef * log_valid)
+                stats.add(outcome, q.detach().tolist(), float(entropy.detach()), float(log_valid.detach()))
+            loss = torch.stack(losses).sum() / len(usable)
+            loss.backward()
+            total_loss += float(loss.detach())
+        shared.backward()
+        parameters = [param for param in trainer.policy.parameters() if param.requires_grad]
+        grad_norm = torch.nn.utils.clip_grad_norm_(parameters, actor.grad_clip)
+        trainer.optimizer.step()
+        trainer.optimizer.zero_grad(set_to_none=True)
+        trainer.policy.eval()
+        done = time.perf_counter()
+        return {**stats.metrics(), "actor/pg_loss": total_loss, "actor/grad_norm": float(grad_norm),
+                "prepare_time_s": prepared - started, "update_time_s": done - prepared,
+                "train_tokens": sum(len(p) for p in prompts) + sum(len(c) for cs in calls for c in cs)}
+
+    def close(self) -> None:
+        self._loop.close()
+
+
+class _Stats:
+    """Step metrics under the policy's label distribution q (expected values, no sampling)."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict[str, float]] = []
+        self.mass: dict[str, float] = {}
+
+    def add(self, outcome: LabelOutcomes, q: list[float], entropy: float, log_valid: float) -> None:
+        best = max(range(len(q)), key=q.__getitem__)
+        self.rows.append({
+            "reward/mean": sum(p * r for p, r in zip(q, outcome.rewards)),
+            "reward/best_possible": max(outcome.rewards),
+            "accuracy": sum(p for p, ok in zip(q, outcome.correct) if ok),
+            "cost_usd": sum(p * c for p, c in zip(q, outcome.cost)),
+            "latency_s": sum(p * s for p, s in zip(q, outcome.latency)),
+            "argmax/accuracy": float(outcome.correct[best]),
+            "argmax/cost_usd": outcome.cost[best],
+            "valid_frac": math.exp(min(log_valid, 0.0)),
+            "actor/entropy": entropy,
+        })
+        for model, p in zip(outcome.models, q):
+            self.mass[model] = self.mass.get(model, 0.0) + p
+
+    def metrics(self) -> dict[str, float]:
+        count = len(self.rows)
+        metrics = {key: sum(row[key] for row in self.rows) / count for key in self.rows[0]}
+        metrics.update({f"calls/model/{model}": mass / count for model, mass in sorted(self.mass.items())})
+        return metrics

@@ -1,0 +1,190 @@
+"""Log-probabilities of many continuations of many prompts that share a long prefix, computed once each.
+
+A batch of orchestrator prompts over one tool catalog starts with the same system message (agent/prompt.py
+puts everything request-specific last), and every prompt is followed by several candidate turns (one per
+answer label, or the G sampled turns of a GRPO group). Scoring each (prompt, continuation) row on its own
+recomputes that shared prefix and the prompt once per row. Here the work is done in three stages:
+
+1. the prefix common to all prompts, once (batch of 1);
+2. each prompt's remainder (its "suffix") over the prefix's KV cache, right-padded;
+3. each continuation over its prompt's KV cache, right-padded.
+
+Gradients flow through all three stages (the caches are ordinary tensors in the autograd graph), so the
+result is the exact log-probability of every continuation under the current weights, the same numbers a
+separate full forward per row gives (tests/test_prefix.py checks this). Only the positions whose next
+token is scored go through the vocabulary projection.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Sequence
+
+from toolorchestra.backends.prefix_cache import common_prefix_length
+
+if TYPE_CHECKING:
+    import torch
+
+
+def continuation_logprobs(model: Any, prompts: Sequence[Sequence[int]],
+                          continuations: Sequence[Sequence[Sequence[int]]], pad_id: int,
+                          temperature: float = 1.0) -> list["torch.Tensor"]:
+    """For prompt i and its continuations j: log p(continuation_ij | prompt_i), summed over its tokens.
+
+    Returns one tensor per prompt of shape [len(continuations[i])], differentiable w.r.t. the model's
+    trainable parameters. Every prompt needs at least one continuation and every continuation one token.
+    Everything is held in memory at once; `SharedPrefix` scores a large batch chunk by chunk."""
+    shared = SharedPrefix(model, prompts, pad_id, detach=False)
+    return shared.score(list(range(len(prompts))), continuations, temperature)
+
+
+class SharedPrefix:
+    """The prefix common to `prompts`, run once; then `score` chunks of prompts and their continuations.
+
+    For training on a batch too large for one graph: with `detach=True` the prefix's KV cache enters each
+    chunk as a leaf tensor, each chunk's loss is back-propagated on its own (its graph freed), the cache
+    leaves collect the gradient of every chunk, and `backward()` finally sends that sum through the prefix
+    pass once. The parameter gradients equal those of one loss over the whole batch."""
+
+    def __init__(self, model: Any, prompts: Sequence[Sequence[int]], pad_id: int, detach: bool = True) -> None:
+        import torch
+
+        if not prompts or any(len(prompt) < 1 for prompt in prompts):
+            raise ValueError("every prompt needs at least one token")
+        self.model, self.prompts, self.pad_id = model, [list(prompt) for prompt in prompts], pad_id
+        self.base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        self.device = model.device
+        # Each prompt keeps at least one token for stage 2, whose last hidden state predicts the first
+        # continuation token.
+        self.shared = min(common_prefix_length(self.prompts), min(len(prompt) for prompt in self.prompts) - 1)
+        self._computed: list[tuple["torch.Tensor", "torch.Tensor"]] = []
+        self._leaves: list[tuple["torch.Tensor", "torch.Tensor"]] = []
+        if self.shared > 0:
+            cache = _new_cache(self.base)
+            self.base.get_decoder()(input_ids=torch.tensor([self.prompts[0][:self.shared]], device=self.device),
+                                    past_key_values=cache, use_cache=True)
+            self._computed = [(layer.keys, layer.values) for layer in cache.layers]
+            if detach:
+                self._leaves = [(keys.detach().requires_grad_(keys.requires_grad),
+                                 values.detach().requires_grad_(values.requires_grad))
+                                for keys, values in self._computed]
+            else:
+                self._leaves = self._computed
+
+    def backward(self) -> None:
+        """Send the gradient the chunks left on the detached cache through the prefix pass."""
+        import torch
+
+        pairs = [(computed, leaf.grad) for computed_pair, leaf_pair in zip(self._computed, self._leaves)
+                 for computed, leaf in zip(computed_pair, leaf_pair)
+                 if computed is not leaf and computed.requires_grad and leaf.grad is not None]
+        if pairs:
+            torch.autograd.backward([computed for computed, _ in pairs], [grad for _, grad in pairs])
+
+    def score(self, indices: Sequence[int], continuations: Sequence[Sequence[Sequence[int]]],
+              temperature: float = 1.0, prompt_tails: Sequence[int] | None = None) -> list["torch.Tensor"]:
+        """log p(continuation | prompt) summed over tokens, for prompts `indices` and their continuations.
+
+        With `prompt_tails`, each result gets one more entry at the end: the summed log-prob of the last
+        `prompt_tails[k]` tokens of prompt k given the tokens before them (they must lie after the shared
+        prefix), e.g. the opening tokens that every continuation starts with."""
+        import torch
+
+        if len(indices) != len(continuations):
+            raise ValueError(f"{len(indices)} prompts but {len(continuations)} continuation lists")
+        if any(not conts or any(not cont for cont in conts) for conts in continuations):
+            raise ValueError("every prompt needs at least one non-empty continuation")
+        device, shared = self.device, self.shared
+        decoder, head = self.base.get_decoder(), self.base.get_output_embeddings()
+        rows = len(indices)
+        cache = self._prefix_cache(rows)
+        # Stage 2: each prompt's remainder, right-padded after the prefix.
+        suffix_ids, suffix_mask = _right_pad([self.prompts[i][shared:] for i in indices], self.pad_id, device)
+        lengths = suffix_mask.sum(-1)
+        attention = torch.cat([torch.ones((rows, shared), dtype=torch.long, device=device), suffix_mask], dim=-1)
+        positions = shared + torch.arange(suffix_ids.shape[1], device=device).expand(rows, -1)
+        hidden = decoder(input_ids=suffix_ids, attention_mask=attention, position_ids=positions,
+                         past_key_values=cache, use_cache=True)[0]
+        last_hidden = hidden[torch.arange(rows, device=device), lengths - 1]  # predicts each continuation's 1st token
+        tail_scores = None
+        if prompt_tails is not None:
+            tail_scores = self._prompt_tail_logprobs(hidden, suffix_ids, lengths, prompt_tails, temperature)
+        # Stage 3: every continuation over its prompt's cache.
+        owners = [row for row, conts in enumerate(continuations) for _ in conts]
+        flat = [list(cont) for conts in continuations for cont in conts]
+        cont_ids, cont_mask = _right_pad(flat, self.pad_id, device)
+        owner_index = torch.tensor(owners, device=device)
+        cache = _repeat_rows(cache, owners, self.base)
+        attention = torch.cat([attention[owner_index], cont_mask], dim=-1)
+        positions = (shared + lengths[owner_index]).unsqueeze(-1) + torch.arange(cont_ids.shape[1], device=device)
+        first_logits = head(last_hidden[owner_index]).float() / temperature
+        scores = torch.log_softmax(first_logits, -1).gather(-1, cont_ids[:, :1]).squeeze(-1)
+        if cont_ids.shape[1] > 1:
+            hidden = decoder(input_ids=cont_ids[:, :-1], attention_mask=attention[:, :-1],
+                             position_ids=positions[:, :-1], past_key_values=cache, use_cache=True)[0]
+            scored = cont_mask[:, 1:].bool()
+            logits = head(hidden[scored]).float() / temperature
+            values = torch.log_softmax(logits, -1).gather(-1, cont_ids[:, 1:][scored].unsqueeze(-1)).squeeze(-1)
+            per_token = torch.zeros(scored.shape, dtype=values.dtype, device=device).masked_scatter(scored, values)
+            scores = scores + per_token.sum(-1)
+        results, start = [], 0
+        for row, conts in enumerate(continuations):
+            result = scores[start:start + len(conts)]
+            if tail_scores is not None:
+                result = torch.cat([result, tail_scores[row:row + 1]])
+            results.append(result)
+            start += len(conts)
+        return results
+
+    def _prompt_tail_logprobs(self, hidden: "torch.Tensor", suffix_ids: "torch.Tensor", lengths: "torch.Tensor",
+                              tails: Sequence[int], temperature: float) -> "torch.Tensor":
+        import torch
+
+        head = self.base.get_output_embeddings()
+        sums = []
+        for row, count in enumerate(tails):
+            length = int(lengths[row])
+            if count <= 0:
+                sums.append(hidden.new_zeros((), dtype=torch.float32))
+                continue
+            if count >= length:
+                raise ValueError(f"prompt tail of {count} tokens reaches into the shared prefix")
+            logits = head(hidden[row, length - count - 1:length - 1]).float() / temperature
+            targets = suffix_ids[row, length - count:length]
+            sums.append(torch.log_softmax(logits, -1).gather(-1, targets.unsqueeze(-1)).sum())
+        return torch.stack(sums)
+
+    def _prefix_cache(self, rows: int) -> Any:
+        from transformers import DynamicCache
+
+        if not self._leaves:
+            return _new_cache(self.base)
+        data = [(keys.expand(rows, -1, -1, -1), values.expand(rows, -1, -1, -1)) for keys, values in self._leaves]
+        return DynamicCache(ddp_cache_data=data, config=self.base.config)
+
+
+def _new_cache(base: Any) -> Any:
+    from transformers import DynamicCache
+
+    return DynamicCache(config=base.config)
+
+
+def _repeat_rows(cache: Any, rows: Sequence[int], base: Any) -> Any:
+    """A new cache whose row i is row `rows[i]` of `cache` (differentiable; the old cache is left as is)."""
+    import torch
+    from transformers import DynamicCache
+
+    index = torch.tensor(list(rows), device=cache.layers[0].keys.device)
+    data = [(layer.keys.index_select(0, index), layer.values.index_select(0, index)) for layer in cache.layers]
+    return DynamicCache(ddp_cache_data=data, config=base.config)
+
+
+def _right_pad(sequences: Sequence[Sequence[int]], pad_id: int, device: Any) -> tuple["torch.Tensor", "torch.Tensor"]:
+    import torch
+
+    width = max(len(sequence) for sequence in sequences)
+    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    for row, sequence in enumerate(sequences):
+        ids[row, :len(sequence)] = torch.tensor(list(sequence), dtype=torch.long)
+        mask[row, :len(sequence)] = 1
+    return ids.to(device), mask.to(device)

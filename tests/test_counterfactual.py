@@ -1,0 +1,138 @@
+"""Shared-prefix scoring (train/prefix.py) and the counterfactual label estimator (train/counterfactual.py),
+on the tiny randomly initialized llama built in the test and the fake routing env of _tiny_policy."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from _tiny_policy import FakeRoutingEnv, tiny_llama, tiny_tokenizer  # noqa: E402
+
+from toolorchestra.agent.preference import Preference  # noqa: E402
+from toolorchestra.errors import TrainingError  # noqa: E402
+from toolorchestra.train.config import TrainConfig  # noqa: E402
+from toolorchestra.train.counterfactual import label_outcomes  # noqa: E402
+from toolorchestra.train.prefix import SharedPrefix, common_prefix_length, continuation_logprobs  # noqa: E402
+from toolorchestra.train.sampler import PromptDraw  # noqa: E402
+from toolorchestra.train.trainer import Trainer  # noqa: E402
+
+
+def full_logprob(model, prompt: list[int], continuation: list[int]) -> torch.Tensor:
+    ids = torch.tensor([prompt + continuation])
+    logprobs = torch.log_softmax(model(input_ids=ids).logits[0, :-1].float(), -1)
+    return logprobs[len(prompt) - 1:].gather(-1, torch.tensor(continuation)[:, None]).sum()
+
+
+def sample_batch(tokenizer):
+    system = tokenizer("system: you route questions to models, prices follow " * 3)["input_ids"]
+    prompts = [system + tokenizer(" question one")["input_ids"],
+               system + tokenizer(" a second, longer question here")["input_ids"],
+               system + tokenizer(" third")["input_ids"]]
+    continuations = [[tokenizer(" alpha")["input_ids"], tokenizer(" beta gamma")["input_ids"]],
+                     [tokenizer(" delta epsilon zeta")["input_ids"]],
+                     [tokenizer(" eta")["input_ids"], tokenizer(" theta iota")["input_ids"], [5]]]
+    return prompts, continuations
+
+
+def test_common_prefix_length() -> None:
+    assert common_prefix_length([[1, 2, 3], [1, 2, 4], [1, 2]]) == 2
+    assert common_prefix_length([[1], [2]]) == 0
+    assert common_prefix_length([]) == 0
+
+
+def test_shared_prefix_scores_equal_separate_forwards() -> None:
+    tokenizer = tiny_tokenizer()
+    model = tiny_llama(tokenizer).eval()
+    prompts, continuations = sample_batch(tokenizer)
+    with torch.no_grad():
+        scored = continuation_logprobs(model, prompts, continuations, tokenizer.pad_token_id)
+        for prompt, conts, values in zip(prompts, continuations, scored):
+            expected = torch.stack([full_logprob(model, prompt, cont) for cont in conts])
+            torch.testing.assert_close(values, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_chunked_backward_equals_one_big_loss() -> None:
+    """SharedPrefix with a detached cache and per-chunk backward gives the gradient of one loss."""
+    tokenizer = tiny_tokenizer()
+    model = tiny_llama(tokenizer)
+    prompts, continuations = sample_batch(tokenizer)
+    weights = [torch.randn(len(conts), generator=torch.Generator().manual_seed(i))
+               for i, conts in enumerate(continuations)]
+
+    def loss_of(values, rows):
+        return sum((weights[row] * value).sum() for row, value in zip(rows, values))
+
+    loss_of(continuation_logprobs(model, prompts, continuations, tokenizer.pad_token_id), range(3)).backward()
+    expected = {name: param.grad.clone() for name, param in model.named_parameters()}
+    model.zero_grad()
+    shared = SharedPrefix(model, prompts, tokenizer.pad_token_id)
+    for rows in ([0, 1], [2]):
+        loss_of(shared.score(rows, [continuations[r] for r in rows]), rows).backward()
+    shared.backward()
+    for name, param in model.named_parameters():
+        torch.testing.assert_close(param.grad, expected[name], rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_prompt_tails_score_the_last_prompt_tokens() -> None:
+    tokenizer = tiny_tokenizer()
+    model = tiny_llama(tokenizer).eval()
+    prompts, continuations = sample_batch(tokenizer)
+    with torch.no_grad():
+        scored = SharedPrefix(model, prompts, tokenizer.pad_token_id).score([0, 1], continuations[:2],
+                                                                              prompt_tails=[1, 3])
+        for prompt, tail, values in zip(prompts, [1, 3], scored):
+            expected = full_logprob(model, prompt[:-tail], prompt[-tail:])
+            torch.testing.assert_close(values[-1], expected, rtol=1e-4, atol=1e-4)
+
+
+def test_label_outcomes_score_every_label_with_the_reward() -> None:
+    env = FakeRoutingEnv()
+    task = env.tasks("train")[0]
+    tools = [tool for tool in env.tools_for(task) if tool.name == "answer"]
+    draw = PromptDraw(task=task, tools=tools, preference=Preference(accuracy=1.0, cost=1.0), price_factors={})
+    outcome = asyncio.run(label_outcomes(env, draw))
+    assert outcome.labels == ["answer-1", "answer-2", "answer-3", "answer-4"]
+    assert outcome.correct == [True, True, False, False]
+    assert outcome.rewards[2:] == [0.0, 0.0]
+    # both right; under a cost preference the cheap model earns more
+    assert outcome.rewards[0] > outcome.rewards[1] > 0
+
+
+def counterfactual_trainer(run_dir, steps: int = 12, **sampler) -> Trainer:
+    tokenizer = tiny_tokenizer()
+    config = TrainConfig.model_validate({
+        "seed": 0,
+        "data": {"env": "fake-routing", "train_batch_size": 4},
+        "model": {"lora_rank": 8, "lora_alpha": 16},
+        "actor": {"ppo_mini_batch_size": 4, "ppo_micro_batch_size": 2, "entropy_coeff": 0.0,
+                  "optim": {"lr": 1e-2}},
+        "algorithm": {"adv_estimator": "counterfactual", "format_coef": 0.02},
+        "sampler": {"min_labels": 4, "max_labels": 4, "shuffle_labels": False, "price_scale": [1.0, 1.0],
+                    "tool_keep_prob": 0.0, "preferences": {"cost": 1.0}, **sampler},
+        "trainer": {"total_training_steps": steps, "save_freq": steps, "default_local_dir": str(run_dir),
+                    "torch_threads": 1, "save_merged_model": False},
+    })
+    return Trainer(config, env=FakeRoutingEnv(), model=tiny_llama(tokenizer), tokenizer=tokenizer)
+
+
+def test_counterfactual_steps_move_probability_to_the_best_label(tmp_path) -> None:
+    trainer = counterfactual_trainer(tmp_path / "run")
+    history = trainer.fit(show_progress=False)
+    first, last = history[0], history[-1]
+    for key in ("reward/mean", "accuracy", "cost_usd", "valid_frac", "actor/entropy", "actor/grad_norm"):
+        assert math.isfinite(last[key])
+    # the cheap correct model is the best label under the cost preference: its mass must grow
+    assert last["calls/model/good-cheap"] > first["calls/model/good-cheap"] + 0.2
+    assert last["reward/mean"] > first["reward/mean"]
+    assert last["actor/pg_loss"] < first["actor/pg_loss"]
+
+
+def test_counterfactual_without_answer_labels_fails_loudly(tmp_path) -> None:
+    trainer = counterfactual_trainer(tmp_path / "run", steps=1)
+    trainer.sampler.draw = lambda task: PromptDraw(task=task, tools=[], preference=Preference(), price_factors={})
+    with pytest.raises(TrainingError, match="answer tool"):
+        trainer.step()
