@@ -13,6 +13,7 @@ first distinct tool errors seen while trying labels (e.g. a replay world that ca
 from __future__ import annotations
 
 import asyncio
+import random
 from typing import TYPE_CHECKING, Any, Callable
 
 from toolorchestra.agent.loop import _tool_step, current_task
@@ -87,7 +88,12 @@ async def _best_answer_call(trainer: "Trainer", draw: PromptDraw, errors: list[s
                  **{f"calls:{s.label}": 1.0 for s in t.tool_steps if s.label},
                  f"calls:{answer.name}": 1.0} for ok, t in zip(correct, trajectories)]
     rewards = group_rewards(features, correct, draw.preference.weights())
-    best = max((index for index in range(len(calls)) if correct[index]), key=lambda index: rewards[index])
+    right = [index for index in range(len(calls)) if correct[index]]
+    top = max(rewards[index] for index in right)
+    tied = [index for index in right if rewards[index] >= top - 1e-12]
+    # With several equally good labels (e.g. all right under the accuracy preference) "first" would teach
+    # "pick the first label in the table"; a random one (seeded by the task) teaches nothing spurious.
+    best = tied[0] if trainer.config.sft.tie_break == "first" else random.Random(draw.task.id).choice(tied)
     return calls[best]
 
 
