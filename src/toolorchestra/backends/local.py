@@ -88,6 +88,13 @@ def resolve_model_dir(path: str = DEFAULT_MODEL, gguf_file: str | None = None) -
     """
     if path == DEFAULT_MODEL and gguf_file is None:
         return _converted_dir(bundled_smollm2_gguf(), "smollm2-135m-instruct-q4_1")
+    if gguf_file is None:
+        from toolorchestra.backends.adapters import merge_adapter, shipped_orchestrators
+
+        shipped = shipped_orchestrators().get(path)
+        if shipped is not None:  # a trained orchestrator shipped as a LoRA adapter: merged once into the cache
+            return _built_dir(shipped.cache_name(), lambda staging: merge_adapter(shipped, staging),
+                              {"adapter": str(shipped.folder)})
     local = Path(path).expanduser()
     if gguf_file is not None:
         gguf = local / gguf_file if local.is_dir() else _download_hub_file(path, gguf_file)
@@ -145,6 +152,12 @@ def _is_converted(target: Path) -> bool:
 
 def _converted_dir(gguf: Path, name: str) -> Path:
     """The cache dir `name` converted from `gguf`, converting it first if no process has yet."""
+    return _built_dir(name, lambda staging: convert_gguf(gguf, staging), None)
+
+
+def _built_dir(name: str, build: Any, marker: dict[str, Any] | None) -> Path:
+    """The cache dir `name`, built by `build(staging_dir)` first if no process has yet (under a file lock,
+    into a staging dir renamed into place, so a killed build leaves nothing half-written)."""
     root = cache_dir()
     target = root / name
     if _is_converted(target):
@@ -158,7 +171,9 @@ def _converted_dir(gguf: Path, name: str) -> Path:
         _remove_leftovers(root, name)
         staging = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=root))
         try:
-            convert_gguf(gguf, staging)
+            build(staging)
+            if marker is not None:
+                (staging / CONVERTED_MARKER).write_text(json.dumps({"version": CONVERSION_VERSION, **marker}))
             if target.exists():  # an old-version conversion: replace it
                 shutil.rmtree(target)
             os.rename(staging, target)

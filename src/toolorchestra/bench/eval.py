@@ -26,7 +26,14 @@ from toolorchestra.bench.policies import OrchestratorPolicy, Policy, parse_polic
 from toolorchestra.envs.base import Env, Task
 from toolorchestra.errors import UserError
 
-LOCAL_ORCHESTRATORS = ("smollm2-135m",)
+LOCAL_ORCHESTRATORS = ("smollm2-135m",)  # the untrained embedded model; trained ones ship as adapters
+
+
+def local_orchestrators() -> list[str]:
+    """Orchestrator models available by name: the embedded SmolLM2 and every shipped trained adapter."""
+    from toolorchestra.backends.adapters import shipped_orchestrators
+
+    return [*LOCAL_ORCHESTRATORS, *shipped_orchestrators()]
 TRAJECTORIES = "trajectories.jsonl"
 METRICS = "metrics.json"
 MANIFEST = "run.json"
@@ -235,13 +242,13 @@ def _orchestrator_factory(request: EvalRequest) -> Callable[[str], Policy]:
                                 f"its models are {', '.join(names)}")
             spec = catalog.model(model)
             backend = ModelPool(catalog.models).backend(model)
-        elif model in LOCAL_ORCHESTRATORS or Path(model).exists():
+        elif model in local_orchestrators() or Path(model).exists():
             spec = ModelSpec(name=model, backend=LocalBackendSpec(path=model), price=Price(),
                              latency=LatencyPrior(overhead_s=0.05, output_tokens_per_s=25.0))
             backend = make_backend(spec)
         else:
             raise UserError(f"--policy orchestrator:{model}: unknown orchestrator model; valid: "
-                            f"{', '.join(LOCAL_ORCHESTRATORS)} (embedded), a local model path or .gguf file, "
+                            f"{', '.join(local_orchestrators())} (embedded), a local model path or .gguf file, "
                             "or a model named in --config CATALOG (e.g. an OpenAI-compatible server)")
         return OrchestratorPolicy(f"orchestrator:{model}", backend, model_name=model, price=spec.price,
                                   preference=preference, max_turns=request.max_turns, max_tokens=request.max_tokens,

@@ -36,3 +36,22 @@ def register(app: typer.Typer) -> None:
         history = trainer.fit(show_progress=not quiet)
         console.print(f"done: {trainer.global_step} steps; checkpoints, metrics.jsonl and tensorboard/ in "
                       f"{trainer.run_dir}" + (f"; last reward {history[-1]['reward/mean']:.3f}" if history else ""))
+
+    @app.command("export-orchestrator")
+    def export_orchestrator(
+        checkpoint: Path = typer.Argument(..., help="a checkpoint dir, e.g. runs/NAME/checkpoints/step_100"),
+        out: Path = typer.Option(..., "--out", help="the orchestrator folder to write, e.g. "
+                                 "src/toolorchestra/data/orchestrators/NAME (then loadable by NAME)"),
+        card: Path | None = typer.Option(None, "--card", help="a Markdown model card to ship as README.md"),
+    ) -> None:
+        """Write a checkpoint's LoRA adapter as a shipped orchestrator (peft format + orchestrator.json)."""
+        from rich.console import Console
+
+        from toolorchestra.backends.adapters import export_adapter
+        from toolorchestra.errors import UserError
+
+        if card is not None and not card.is_file():
+            raise UserError(f"--card {card}: file not found")
+        written = export_adapter(checkpoint, out, card=card.read_text() if card else None)
+        size = sum(path.stat().st_size for path in written.iterdir())
+        Console(stderr=True).print(f"wrote {written} ({size / 1e6:.1f} MB)")

@@ -63,8 +63,8 @@ def trainable_state(model: Any) -> dict[str, Any]:
     return {name: param.detach().clone() for name, param in model.named_parameters() if param.requires_grad}
 
 
-def load_checkpoint(path: Path, *, model: Any, optimizer: Any) -> dict[str, Any]:
-    """Restore weights, optimizer and RNGs in place; returns state.json (step, sampler state)."""
+def load_trainable(path: Path, model: Any) -> None:
+    """Copy the checkpoint's trainable weights into `model` (same architecture and adapter) in place."""
     import torch
 
     weights = torch.load(path / "trainable.pt", map_location="cpu")
@@ -75,6 +75,13 @@ def load_checkpoint(path: Path, *, model: Any, optimizer: Any) -> dict[str, Any]
     with torch.no_grad():
         for name, value in weights.items():
             parameters[name].copy_(value)
+
+
+def load_checkpoint(path: Path, *, model: Any, optimizer: Any) -> dict[str, Any]:
+    """Restore weights, optimizer and RNGs in place; returns state.json (step, sampler state)."""
+    import torch
+
+    load_trainable(path, model)
     optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location="cpu"))
     rng = torch.load(path / "rng.pt", weights_only=False)
     torch.set_rng_state(rng["torch"])
