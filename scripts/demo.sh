@@ -1,27 +1,32 @@
 #!/usr/bin/env bash
 # The whole loop on replay:routerbench test (945 prompts, 11 recorded models):
 #   1. every baseline policy on the full test split (seconds each),
-#   2. the embedded SmolLM2-135M orchestrator, prompted and not trained, on a --limit subset
-#      (it runs on the CPU; ORCH_LIMIT sets how many tasks),
-#   3. the report: comparison table, accuracy-vs-cost Pareto plot, tool/model usage chart.
+#   2. the shipped trained orchestrator (SmolLM2-135M + the routing adapter in
+#      src/toolorchestra/data/orchestrators/smollm2-135m-orchestrator) on the same test tasks, once per
+#      preference in ORCH_PREFS: it reads the question and the stated preference and names the model to answer,
+#   3. the report: comparison table (printed), accuracy-vs-cost Pareto plot, preference adherence, usage chart.
 # Rerunning resumes: finished runs and episodes are not redone (delete $OUT to start over).
 #
 # Settings (environment variables):
 #   PY           python of the venv with toolorchestra installed (default .venv/bin/python)
 #   OUT          output dir (default out/demo)
 #   TOOLORCHESTRA_DATA  shared data dir (default ../shared/data)
-#   ORCH_LIMIT   tasks for the SmolLM2 orchestrator (default 20); ORCH_TOOLS tools it is offered
-#   (default answer: it answers itself or names a model to answer; "expert,answer" gives the full
-#   loop with a longer prompt), ORCH_TURNS (2), ORCH_TOKENS (32), ORCH_CONCURRENCY (4)
+#   ORCH         orchestrator model (default smollm2-135m-orchestrator, the trained one; smollm2-135m is the
+#                untrained embedded model)
+#   ORCH_LIMIT   test tasks for the orchestrator (default all 945); ORCH_PREFS preferences (default "accuracy cost")
+#   ORCH_TOOLS   tools it is offered (default answer: it names the model that answers), ORCH_TURNS (1),
+#   ORCH_TOKENS (40), ORCH_CONCURRENCY (4)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PY="${PY:-.venv/bin/python}"
 OUT="${OUT:-out/demo}"
-ORCH_LIMIT="${ORCH_LIMIT:-20}"
+ORCH="${ORCH:-smollm2-135m-orchestrator}"
+ORCH_LIMIT="${ORCH_LIMIT:-}"
+ORCH_PREFS="${ORCH_PREFS:-accuracy cost}"
 ORCH_TOOLS="${ORCH_TOOLS:-answer}"
-ORCH_TURNS="${ORCH_TURNS:-2}"
-ORCH_TOKENS="${ORCH_TOKENS:-32}"
+ORCH_TURNS="${ORCH_TURNS:-1}"
+ORCH_TOKENS="${ORCH_TOKENS:-40}"
 ORCH_CONCURRENCY="${ORCH_CONCURRENCY:-4}"
 ENV_NAME="replay:routerbench"
 
@@ -51,13 +56,19 @@ for policy in "${POLICIES[@]}"; do
 done
 echo "   baselines took $(( $(date +%s) - started ))s"
 
-echo "== SmolLM2-135M orchestrator (prompted) on the first $ORCH_LIMIT test tasks"
-orch_started=$(date +%s)
-toolorchestra eval --env "$ENV_NAME" --split test --policy orchestrator:smollm2-135m --limit "$ORCH_LIMIT" \
-  --tools "$ORCH_TOOLS" --max-turns "$ORCH_TURNS" --max-tokens "$ORCH_TOKENS" --concurrency "$ORCH_CONCURRENCY" \
-  --out "$OUT/runs/orchestrator_smollm2-135m"
-echo "   orchestrator took $(( $(date +%s) - orch_started ))s"
+limit_args=(); scope="all test tasks"
+if [ -n "$ORCH_LIMIT" ]; then limit_args=(--limit "$ORCH_LIMIT"); scope="the first $ORCH_LIMIT test tasks"; fi
+for pref in $ORCH_PREFS; do
+  echo "== orchestrator $ORCH, --prefer $pref, on $scope"
+  orch_started=$(date +%s)
+  toolorchestra eval --env "$ENV_NAME" --split test --policy "orchestrator:$ORCH" "${limit_args[@]}" --prefer "$pref" \
+    --tools "$ORCH_TOOLS" --max-turns "$ORCH_TURNS" --max-tokens "$ORCH_TOKENS" --concurrency "$ORCH_CONCURRENCY" \
+    --out "$OUT/runs/$(slug "orchestrator:$ORCH")_$pref"
+  echo "   took $(( $(date +%s) - orch_started ))s"
+done
 
 echo "== report"
 toolorchestra report "$OUT/runs" --out "$OUT/report"
+# The orchestrator's points beside every baseline (frontier = no other run, oracle aside, beats it on both).
+sed -n '/^## Comparison/,/^## Sweeps/p' "$OUT/report/report.md" | grep -v '^## Sweeps'
 echo "demo finished in $(( $(date +%s) - started ))s; open $OUT/report/report.html"

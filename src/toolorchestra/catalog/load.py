@@ -54,8 +54,13 @@ def load_catalog(path: Path | str) -> Catalog:
     return load_yaml_model(path, Catalog, "a mapping with keys orchestrator, models, tools")
 
 
+TRAINED_ORCHESTRATOR = "smollm2-135m-orchestrator"
+"""The shipped trained orchestrator (toolorchestra/data/orchestrators/): the default of `run`; the untrained
+embedded model stays available as `smollm2-135m`."""
+
+
 def default_catalog(corpus: Path | str | None = None) -> Catalog:
-    """The embedded pool: SmolLM2 as orchestrator and as a weak expert, python, and local search.
+    """The embedded pool: the trained SmolLM2 orchestrator, the untrained SmolLM2 as a weak expert, python, and local search.
 
     Search is offered when `corpus` (or the shared 2WikiMultiHopQA corpus beside the repo) exists.
     """
@@ -89,8 +94,16 @@ def default_catalog(corpus: Path | str | None = None) -> Catalog:
         )
     return Catalog.model_validate(
         {
-            "orchestrator": "smollm2-135m",
+            "orchestrator": TRAINED_ORCHESTRATOR,
             "models": [
+                {
+                    "name": TRAINED_ORCHESTRATOR,
+                    "backend": {"type": "local", "path": TRAINED_ORCHESTRATOR},
+                    "price": {"input_per_m": 0.0, "output_per_m": 0.0},
+                    "latency": {"overhead_s": 0.05, "output_tokens_per_s": 25.0},
+                    "description": "SmolLM2-135M-Instruct with the shipped routing adapter (trained on "
+                                   "replay:routerbench, see its model card), in process on the CPU",
+                },
                 {
                     "name": "smollm2-135m",
                     "backend": local,

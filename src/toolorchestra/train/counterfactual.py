@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from toolorchestra.agent.loop import _tool_step, current_task
+from toolorchestra.agent.preference import Preference
 from toolorchestra.agent.prompt import initial_messages
 from toolorchestra.agent.trajectory import Trajectory
 from toolorchestra.backends.base import ToolCall
@@ -177,7 +178,8 @@ class CounterfactualLearner:
                 log_valid = stem_logp + torch.logsumexp(label_logp, -1)
                 losses.append(-(q * advantages).sum() - actor.entropy_coeff * entropy
                               - algorithm.format_coef * log_valid)
-                stats.add(outcome, q.detach().tolist(), float(entropy.detach()), float(log_valid.detach()))
+                stats.add(outcome, q.detach().tolist(), float(entropy.detach()), float(log_valid.detach()),
+                          preference_kind(usable[index][0].preference))
             loss = torch.stack(losses).sum() / len(usable)
             loss.backward()
             total_loss += float(loss.detach())
@@ -202,9 +204,12 @@ class _Stats:
     def __init__(self) -> None:
         self.rows: list[dict[str, float]] = []
         self.mass: dict[str, float] = {}
+        self.by_preference: dict[str, list[tuple[float, float]]] = {}
 
-    def add(self, outcome: LabelOutcomes, q: list[float], entropy: float, log_valid: float) -> None:
+    def add(self, outcome: LabelOutcomes, q: list[float], entropy: float, log_valid: float,
+            preference: str) -> None:
         best = max(range(len(q)), key=q.__getitem__)
+        self.by_preference.setdefault(preference, []).append((float(outcome.correct[best]), outcome.cost[best]))
         self.rows.append({
             "reward/mean": sum(p * r for p, r in zip(q, outcome.rewards)),
             "reward/best_possible": max(outcome.rewards),
@@ -223,4 +228,19 @@ class _Stats:
         count = len(self.rows)
         metrics = {key: sum(row[key] for row in self.rows) / count for key in self.rows[0]}
         metrics.update({f"calls/model/{model}": mass / count for model, mass in sorted(self.mass.items())})
+        # What greedy evaluation would do under each preference drawn this step: whether they differ is
+        # the point of preference-conditioned routing.
+        for kind, picks in sorted(self.by_preference.items()):
+            metrics[f"argmax/{kind}/accuracy"] = sum(ok for ok, _ in picks) / len(picks)
+            metrics[f"argmax/{kind}/cost_usd"] = sum(cost for _, cost in picks) / len(picks)
         return metrics
+
+
+def preference_kind(preference: Preference) -> str:
+    """accuracy, cost, latency or tool: the named preference a draw states (mixed weights name the largest
+    efficiency term)."""
+    if preference.tools:
+        return "tool"
+    if preference.cost > 0 or preference.latency > 0:
+        return "cost" if preference.cost >= preference.latency else "latency"
+    return "accuracy"
