@@ -92,6 +92,12 @@ class AlgorithmConfig(_Strict):
         "(train/counterfactual.py)")
     format_coef: float = Field(
         1.0, ge=0, description="counterfactual: weight of log p(some valid answer call), which teaches the format")
+    counterfactual_loss: Literal["expected", "regression"] = Field(
+        "regression", description="counterfactual: 'expected' maximizes the exact expected advantage sum_l q_l A_l "
+        "(its gradient vanishes once q collapses onto one label); 'regression' fits the label log-probs, centered "
+        "over the labels, to A / counterfactual_tau by least squares, whose optimum is q ∝ exp(E[A | prompt] / tau)")
+    counterfactual_tau: float = Field(
+        0.5, gt=0, description="counterfactual regression: temperature of the target policy exp(A / tau)")
     norm_adv_by_std: Literal["group", "batch", "none"] = "group"
     filter_min_reward_std: float = Field(0.1, ge=0, description="drop groups whose reward std is below this")
     filter_invalid: bool = Field(True, description="drop episodes without a valid final answer or with malformed calls")

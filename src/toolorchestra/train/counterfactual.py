@@ -176,8 +176,15 @@ class CounterfactualLearner:
                 q = log_q.exp()
                 entropy = -(q * log_q).sum()
                 log_valid = stem_logp + torch.logsumexp(label_logp, -1)
-                losses.append(-(q * advantages).sum() - actor.entropy_coeff * entropy
-                              - algorithm.format_coef * log_valid)
+                if max(outcome.rewards) == min(outcome.rewards):
+                    # a flat group (every label equally good, e.g. all right under the accuracy preference):
+                    # nothing to learn about routing; regressing to A = 0 would only pull q toward uniform
+                    route_loss = torch.zeros((), device=label_logp.device)
+                elif algorithm.counterfactual_loss == "regression":
+                    route_loss = _regression_loss(label_logp, advantages, algorithm.counterfactual_tau)
+                else:
+                    route_loss = -(q * advantages).sum()
+                losses.append(route_loss - actor.entropy_coeff * entropy - algorithm.format_coef * log_valid)
                 stats.add(outcome, q.detach().tolist(), float(entropy.detach()), float(log_valid.detach()),
                           preference_kind(usable[index][0].preference))
             loss = torch.stack(losses).sum() / len(usable)
@@ -196,6 +203,19 @@ class CounterfactualLearner:
 
     def close(self) -> None:
         self._loop.close()
+
+
+def _regression_loss(label_logp: "torch.Tensor", advantages: "torch.Tensor", tau: float) -> "torch.Tensor":
+    """Least squares between the label log-probs, centered over the labels, and A / tau.
+
+    For a fixed prompt context the minimizer over many questions is log q_l = E[A_l | context] / tau + c, so
+    q ∝ exp(E[A | context] / tau): the policy that maximizes expected advantage plus tau times entropy, whose
+    argmax (what greedy evaluation picks) is the label with the best expected reward. Unlike the expected-
+    advantage gradient q_l (A_l - sum q A), the error of a label with a tiny probability is large, not
+    vanishing, so a policy that has collapsed onto one label is pulled back.
+    """
+    centered = label_logp - label_logp.mean()
+    return ((centered - advantages / tau) ** 2).mean()
 
 
 class _Stats:
@@ -219,6 +239,7 @@ class _Stats:
             "argmax/accuracy": float(outcome.correct[best]),
             "argmax/cost_usd": outcome.cost[best],
             "valid_frac": math.exp(min(log_valid, 0.0)),
+            "flat_frac": float(max(outcome.rewards) == min(outcome.rewards)),
             "actor/entropy": entropy,
         })
         for model, p in zip(outcome.models, q):

@@ -1,0 +1,71 @@
+"""Shipped trained orchestrators (backends/adapters.py): a checkpoint's LoRA adapter exported with
+`export_adapter` loads by name through the local backend's resolver and computes what the trained policy did.
+Runs on the tiny randomly initialized llama of _tiny_policy (saved as an HF dir, as the base model) and its
+fake routing env; the real shipped adapter is checked in test_eval.py's orchestrator tests."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("peft")
+
+from _tiny_policy import FakeRoutingEnv, save_tiny_policy  # noqa: E402
+
+from toolorchestra.backends import adapters  # noqa: E402
+from toolorchestra.backends.local import load_hf_model, resolve_model_dir  # noqa: E402
+from toolorchestra.errors import UserError  # noqa: E402
+from toolorchestra.train.config import TrainConfig  # noqa: E402
+from toolorchestra.train.trainer import Trainer  # noqa: E402
+
+
+def trained_checkpoint(tmp_path, lora_rank: int = 8):
+    base = save_tiny_policy(tmp_path / "base")
+    config = TrainConfig.model_validate({
+        "seed": 0,
+        "data": {"env": "fake-routing", "train_batch_size": 2},
+        "model": {"path": str(base), "lora_rank": lora_rank, "lora_alpha": 16},
+        "actor": {"ppo_micro_batch_size": 2, "optim": {"lr": 5e-2}},
+        "algorithm": {"adv_estimator": "counterfactual"},
+        "sampler": {"min_labels": 4, "max_labels": 4, "price_scale": [1.0, 1.0], "tool_keep_prob": 0.0},
+        "trainer": {"total_training_steps": 2, "save_freq": 2, "default_local_dir": str(tmp_path / "run"),
+                    "torch_threads": 1, "save_merged_model": False},
+    })
+    trainer = Trainer(config, env=FakeRoutingEnv())
+    trainer.fit(show_progress=False)
+    return trainer, tmp_path / "run" / "checkpoints" / "step_2"
+
+
+def test_exported_adapter_loads_by_name_and_matches_the_trained_policy(tmp_path, monkeypatch) -> None:
+    trainer, checkpoint = trained_checkpoint(tmp_path)
+    root = tmp_path / "orchestrators"
+    written = adapters.export_adapter(checkpoint, root / "tiny-orchestrator", card="# tiny orchestrator\n")
+    assert sorted(path.name for path in written.iterdir()) == [
+        "README.md", "adapter_config.json", "adapter_model.safetensors", "orchestrator.json"]
+    meta = json.loads((written / "orchestrator.json").read_text())
+    assert meta["checkpoint_step"] == 2 and meta["estimator"] == "counterfactual"
+
+    monkeypatch.setattr(adapters, "orchestrators_root", lambda: root)
+    monkeypatch.setenv("TOOLORCHESTRA_CACHE", str(tmp_path / "cache"))
+    assert list(adapters.shipped_orchestrators()) == ["tiny-orchestrator"]
+    merged_dir = resolve_model_dir("tiny-orchestrator")
+    assert resolve_model_dir("tiny-orchestrator") == merged_dir  # built once, then reused
+    merged, _ = load_hf_model(str(merged_dir))
+    base, _ = load_hf_model(str(tmp_path / "base"))
+    ids = torch.tensor([[1, 5, 9, 13, 2, 7]])
+    with torch.no_grad():
+        expected = trainer.policy.eval()(input_ids=ids).logits
+        got = merged(input_ids=ids).logits
+        untrained = base(input_ids=ids).logits
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+    assert not torch.allclose(got, untrained, atol=1e-4), "the adapter changed nothing: the test proves nothing"
+
+
+def test_export_errors_name_the_checkpoint(tmp_path) -> None:
+    with pytest.raises(UserError, match="not a training checkpoint"):
+        adapters.export_adapter(tmp_path, tmp_path / "out")
+    _, checkpoint = trained_checkpoint(tmp_path, lora_rank=0)
+    with pytest.raises(UserError, match="without LoRA"):
+        adapters.export_adapter(checkpoint, tmp_path / "out")
