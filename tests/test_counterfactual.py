@@ -102,7 +102,7 @@ def test_label_outcomes_score_every_label_with_the_reward() -> None:
     assert outcome.rewards[0] > outcome.rewards[1] > 0
 
 
-def counterfactual_trainer(run_dir, steps: int = 12, **sampler) -> Trainer:
+def counterfactual_trainer(run_dir, steps: int = 12, loss: str = "regression", **sampler) -> Trainer:
     tokenizer = tiny_tokenizer()
     config = TrainConfig.model_validate({
         "seed": 0,
@@ -110,7 +110,7 @@ def counterfactual_trainer(run_dir, steps: int = 12, **sampler) -> Trainer:
         "model": {"lora_rank": 8, "lora_alpha": 16},
         "actor": {"ppo_mini_batch_size": 4, "ppo_micro_batch_size": 2, "entropy_coeff": 0.0,
                   "optim": {"lr": 1e-2}},
-        "algorithm": {"adv_estimator": "counterfactual", "format_coef": 0.02},
+        "algorithm": {"adv_estimator": "counterfactual", "format_coef": 0.02, "counterfactual_loss": loss},
         "sampler": {"min_labels": 4, "max_labels": 4, "shuffle_labels": False, "price_scale": [1.0, 1.0],
                     "tool_keep_prob": 0.0, "preferences": {"cost": 1.0}, **sampler},
         "trainer": {"total_training_steps": steps, "save_freq": steps, "default_local_dir": str(run_dir),
@@ -119,8 +119,9 @@ def counterfactual_trainer(run_dir, steps: int = 12, **sampler) -> Trainer:
     return Trainer(config, env=FakeRoutingEnv(), model=tiny_llama(tokenizer), tokenizer=tokenizer)
 
 
-def test_counterfactual_steps_move_probability_to_the_best_label(tmp_path) -> None:
-    trainer = counterfactual_trainer(tmp_path / "run")
+@pytest.mark.parametrize("loss", ["regression", "expected"])
+def test_counterfactual_steps_move_probability_to_the_best_label(tmp_path, loss) -> None:
+    trainer = counterfactual_trainer(tmp_path / "run", loss=loss)
     history = trainer.fit(show_progress=False)
     first, last = history[0], history[-1]
     for key in ("reward/mean", "accuracy", "cost_usd", "valid_frac", "actor/entropy", "actor/grad_norm"):
@@ -136,3 +137,27 @@ def test_counterfactual_without_answer_labels_fails_loudly(tmp_path) -> None:
     trainer.sampler.draw = lambda task: PromptDraw(task=task, tools=[], preference=Preference(), price_factors={})
     with pytest.raises(TrainingError, match="answer tool"):
         trainer.step()
+
+
+def test_regression_loss_is_minimal_at_the_tempered_advantage_policy() -> None:
+    """Its minimizer has centered log-probs A / tau: the loss is zero there and positive elsewhere; a label with
+    a tiny probability but the best advantage gets a large gradient (the expected loss's would vanish)."""
+    from toolorchestra.train.counterfactual import _regression_loss
+
+    advantages = torch.tensor([1.0, 0.0, -1.0])
+    optimum = torch.log_softmax(advantages / 0.5, -1)
+    assert float(_regression_loss(optimum, advantages, 0.5)) < 1e-10
+    collapsed = torch.tensor([-12.0, -0.01, -8.0], requires_grad=True)
+    _regression_loss(collapsed, advantages, 0.5).backward()
+    assert collapsed.grad[0] < -1.0  # push the best label up hard
+    logits = collapsed.detach().clone().requires_grad_(True)
+    expected = -(torch.softmax(logits, -1) * advantages).sum()
+    assert abs(float(torch.autograd.grad(expected, logits)[0][0])) < 1e-3  # vanishes once collapsed
+
+
+def test_flat_groups_teach_only_the_format(tmp_path) -> None:
+    """Under the accuracy preference a task every label answers right has equal rewards: no routing loss."""
+    trainer = counterfactual_trainer(tmp_path / "run", steps=1, preferences={"accuracy": 1.0})
+    metrics = trainer.step()
+    assert 0.0 <= metrics["flat_frac"] <= 1.0
+    assert "argmax/accuracy/accuracy" in metrics
