@@ -15,7 +15,7 @@ from _tiny_policy import FakeRoutingEnv, tiny_llama, tiny_tokenizer  # noqa: E40
 from toolorchestra.agent.preference import Preference  # noqa: E402
 from toolorchestra.errors import TrainingError  # noqa: E402
 from toolorchestra.train.config import TrainConfig  # noqa: E402
-from toolorchestra.train.counterfactual import label_outcomes  # noqa: E402
+from toolorchestra.train.counterfactual import CounterfactualLearner, label_outcomes  # noqa: E402
 from toolorchestra.train.prefix import SharedPrefix, common_prefix_length, continuation_logprobs  # noqa: E402
 from toolorchestra.train.sampler import PromptDraw  # noqa: E402
 from toolorchestra.train.trainer import Trainer  # noqa: E402
@@ -161,3 +161,66 @@ def test_flat_groups_teach_only_the_format(tmp_path) -> None:
     metrics = trainer.step()
     assert 0.0 <= metrics["flat_frac"] <= 1.0
     assert "argmax/accuracy/accuracy" in metrics
+
+
+def test_preference_contrast_draws_every_preference_and_keeps_the_exact_gradient(tmp_path) -> None:
+    """With sampler.preference_contrast each task comes once per preference kind, and scoring each task's
+    variants over their own shared prefix (system message + question) gives the same gradient as scoring the
+    same prompts over the step's one shared prefix."""
+    prefs = {"accuracy": 1.0, "cost": 1.0, "latency": 0.5}
+    contrast = counterfactual_trainer(tmp_path / "a", steps=1, preferences=prefs, preference_contrast=True)
+    draws = contrast.sampler.next_batch(2)
+    assert len(draws) == 6
+    assert [d.task.id for d in draws[:3]] == [draws[0].task.id] * 3
+    assert {type(d.preference).__name__ for d in draws} == {"Preference"}
+    assert len({(d.preference.cost, d.preference.latency) for d in draws[:3]}) == 3
+
+    def gradient(trainer, contrast_on: bool) -> dict:
+        trainer.config.sampler.preference_contrast = contrast_on
+        learner = CounterfactualLearner(trainer)
+        trainer.optimizer.step = lambda: None  # keep the weights: only the gradient is compared
+        trainer.optimizer.zero_grad = lambda set_to_none=True: None
+        metrics = learner.step(draws)
+        grads = {name: p.grad.clone() for name, p in trainer.policy.named_parameters() if p.grad is not None}
+        trainer.policy.zero_grad()
+        return metrics, grads
+
+    plain = counterfactual_trainer(tmp_path / "b", steps=1, preferences=prefs)
+    grouped_metrics, grouped = gradient(contrast, True)
+    plain_metrics, expected = gradient(plain, False)
+    assert grouped and set(grouped) == set(expected)
+    for name in expected:
+        torch.testing.assert_close(grouped[name], expected[name], rtol=1e-3, atol=1e-5, msg=name)
+    assert grouped_metrics["actor/pg_loss"] == pytest.approx(plain_metrics["actor/pg_loss"], rel=1e-4)
+
+
+def test_child_prefix_scores_and_gradients_equal_one_prefix() -> None:
+    """A child SharedPrefix over its parent's cache (system message, then a question) gives the scores and
+    parameter gradients of scoring the same prompts over one flat prefix."""
+    tokenizer = tiny_tokenizer()
+    model = tiny_llama(tokenizer)
+    prompts, continuations = sample_batch(tokenizer)
+    question = tokenizer(" the same question for both")["input_ids"]
+    group = [prompts[0] + question + tokenizer(" cheap")["input_ids"],
+             prompts[0] + question + tokenizer(" accurate please")["input_ids"]]
+    conts = continuations[0], continuations[2]
+
+    flat = SharedPrefix(model, group, tokenizer.pad_token_id)
+    flat_scores = flat.score([0, 1], list(conts))
+    sum((s * (i + 1)).sum() for i, s in enumerate(flat_scores)).backward()
+    flat.backward()
+    expected = {name: p.grad.clone() for name, p in model.named_parameters()}
+    model.zero_grad()
+
+    root = SharedPrefix(model, [prompts[0] + [7], *group], tokenizer.pad_token_id)
+    assert 0 < root.shared < flat.shared
+    child = SharedPrefix(model, group, tokenizer.pad_token_id, parent=root)
+    assert child.shared == flat.shared
+    child_scores = child.score([0, 1], list(conts))
+    sum((s * (i + 1)).sum() for i, s in enumerate(child_scores)).backward()
+    child.backward()
+    root.backward()
+    for got, want in zip(child_scores, flat_scores):
+        torch.testing.assert_close(got, want.detach(), rtol=1e-4, atol=1e-4)
+    for name, param in model.named_parameters():
+        torch.testing.assert_close(param.grad, expected[name], rtol=1e-4, atol=1e-5, msg=name)

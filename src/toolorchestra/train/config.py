@@ -119,6 +119,10 @@ class SamplerConfig(_Strict):
     random_wording: bool = Field(
         True, description="state the preference in a randomly drawn one of its wordings (evaluation picks one "
         "per task id), so the policy learns the meaning rather than one phrase")
+    preference_contrast: bool = Field(
+        False, description="draw each task once per preference kind with weight > 0 (same tools and prices, "
+        "its own wording), so one step sees how the same question should be routed under every preference; "
+        "data.train_batch_size then counts tasks")
     preferences: dict[str, float] = Field(
         default_factory=lambda: {"accuracy": 1.0, "cost": 1.0, "latency": 0.5, "tool": 0.5},
         description="relative frequency of each preference kind: accuracy, cost, latency, tool",

@@ -155,16 +155,16 @@ class CounterfactualLearner:
             stems.append(full[0][:stem])
         prepared = time.perf_counter()
         trainer.policy.train()
-        # log p(call_l | prompt) for every label (the calls' common opening tokens cancel in q). The system
-        # message all prompts share is run once; prompts are scored ppo_micro_batch_size at a time, each
-        # chunk's graph freed after its backward (train/prefix.py), which bounds memory.
+        # log p(call_l | prompt) for every label (the calls' common opening tokens cancel in q). Prompts that
+        # share a prefix run it once: the system message of the whole step, or with preference_contrast the
+        # system message and question of each task, whose variants differ only in the preference sentence at
+        # the end. Each chunk's graph is freed after its backward (train/prefix.py), which bounds memory.
         actor, algorithm = config.actor, config.algorithm
-        shared = SharedPrefix(trainer.policy, prompts, trainer.rollout.pad_id)
         stats, total_loss = _Stats(), 0.0
-        chunk = actor.ppo_micro_batch_size
-        for start in range(0, len(usable), chunk):
-            indices = list(range(start, min(start + chunk, len(usable))))
-            scores = shared.score(indices, [calls[i] for i in indices], config.rollout.temperature,
+        # the stems are scored as prompt tails, so no shared prefix may reach into them
+        limits = [len(prompt) - len(stem) for prompt, stem in zip(prompts, stems)]
+        for shared, local, indices in self._chunks(prompts, [draw.task.id for draw, _ in usable], limits):
+            scores = shared.score(local, [calls[i] for i in indices], config.rollout.temperature,
                                   prompt_tails=[len(stems[i]) for i in indices])
             losses = []
             for index, scored in zip(indices, scores):
@@ -190,7 +190,6 @@ class CounterfactualLearner:
             loss = torch.stack(losses).sum() / len(usable)
             loss.backward()
             total_loss += float(loss.detach())
-        shared.backward()
         parameters = [param for param in trainer.policy.parameters() if param.requires_grad]
         grad_norm = torch.nn.utils.clip_grad_norm_(parameters, actor.grad_clip)
         trainer.optimizer.step()
@@ -200,6 +199,32 @@ class CounterfactualLearner:
         return {**stats.metrics(), "actor/pg_loss": total_loss, "actor/grad_norm": float(grad_norm),
                 "prepare_time_s": prepared - started, "update_time_s": done - prepared,
                 "train_tokens": sum(len(p) for p in prompts) + sum(len(c) for cs in calls for c in cs)}
+
+    def _chunks(self, prompts: list[list[int]], task_ids: list[str], limits: list[int]) -> Any:
+        """(SharedPrefix, indices into it, indices into the step's prompts) to score together; each prefix's
+        backward runs once the caller has back-propagated its chunks. Default: one prefix (the system message)
+        for the whole step, ppo_micro_batch_size prompts per chunk. With preference_contrast: the system
+        message once, then one child prefix per task (its question), all its preference variants in one chunk."""
+        trainer = self.trainer
+        pad_id = trainer.rollout.pad_id
+        if trainer.config.sampler.preference_contrast:
+            groups: dict[str, list[int]] = {}
+            for index, task_id in enumerate(task_ids):
+                groups.setdefault(task_id, []).append(index)
+            root = SharedPrefix(trainer.policy, prompts, pad_id, limit=min(limits))  # the system message
+            for indices in groups.values():
+                shared = SharedPrefix(trainer.policy, [prompts[i] for i in indices], pad_id,
+                                      limit=min(limits[i] for i in indices), parent=root)  # + the question
+                yield shared, list(range(len(indices))), indices
+                shared.backward()
+            root.backward()
+            return
+        shared = SharedPrefix(trainer.policy, prompts, pad_id, limit=min(limits))
+        chunk = trainer.config.actor.ppo_micro_batch_size
+        for start in range(0, len(prompts), chunk):
+            indices = list(range(start, min(start + chunk, len(prompts))))
+            yield shared, indices, indices
+        shared.backward()
 
     def close(self) -> None:
         self._loop.close()

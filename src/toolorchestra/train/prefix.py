@@ -45,7 +45,8 @@ class SharedPrefix:
     leaves collect the gradient of every chunk, and `backward()` finally sends that sum through the prefix
     pass once. The parameter gradients equal those of one loss over the whole batch."""
 
-    def __init__(self, model: Any, prompts: Sequence[Sequence[int]], pad_id: int, detach: bool = True) -> None:
+    def __init__(self, model: Any, prompts: Sequence[Sequence[int]], pad_id: int, detach: bool = True,
+                 limit: int | None = None, parent: "SharedPrefix | None" = None) -> None:
         import torch
 
         if not prompts or any(len(prompt) < 1 for prompt in prompts):
@@ -54,13 +55,25 @@ class SharedPrefix:
         self.base = model.get_base_model() if hasattr(model, "get_base_model") else model
         self.device = model.device
         # Each prompt keeps at least one token for stage 2, whose last hidden state predicts the first
-        # continuation token.
-        self.shared = min(common_prefix_length(self.prompts), min(len(prompt) for prompt in self.prompts) - 1)
+        # continuation token; `limit` caps the prefix further (e.g. so that prompt tails stay scoreable).
+        self.shared = min(common_prefix_length(self.prompts), min(len(prompt) for prompt in self.prompts) - 1,
+                          limit if limit is not None else len(self.prompts[0]))
+        # A child prefix starts from its parent's cache (e.g. the system message of a whole step, then one
+        # question per child): its pass covers only its own tokens, and its gradient reaches the parent's
+        # leaves, which the parent's `backward()` sends on.
+        start = 0
+        if parent is not None:
+            start = parent.shared
+            if self.shared < start or any(prompt[:start] != parent.prompts[0][:start] for prompt in self.prompts):
+                raise ValueError("a child SharedPrefix's prompts must all start with its parent's prefix")
         self._computed: list[tuple["torch.Tensor", "torch.Tensor"]] = []
         self._leaves: list[tuple["torch.Tensor", "torch.Tensor"]] = []
-        if self.shared > 0:
-            cache = _new_cache(self.base)
-            self.base.get_decoder()(input_ids=torch.tensor([self.prompts[0][:self.shared]], device=self.device),
+        if parent is not None and self.shared == start:
+            self._computed = self._leaves = parent._leaves  # nothing of its own: the parent collects the gradient
+        elif self.shared > 0:
+            cache = _cache_from(parent._leaves, self.base) if parent is not None and parent._leaves \
+                else _new_cache(self.base)
+            self.base.get_decoder()(input_ids=torch.tensor([self.prompts[0][start:self.shared]], device=self.device),
                                     past_key_values=cache, use_cache=True)
             self._computed = [(layer.keys, layer.values) for layer in cache.layers]
             if detach:
@@ -160,6 +173,12 @@ class SharedPrefix:
             return _new_cache(self.base)
         data = [(keys.expand(rows, -1, -1, -1), values.expand(rows, -1, -1, -1)) for keys, values in self._leaves]
         return DynamicCache(ddp_cache_data=data, config=self.base.config)
+
+
+def _cache_from(pairs: Sequence[tuple["torch.Tensor", "torch.Tensor"]], base: Any) -> Any:
+    from transformers import DynamicCache
+
+    return DynamicCache(ddp_cache_data=list(pairs), config=base.config)
 
 
 def _new_cache(base: Any) -> Any:

@@ -55,7 +55,25 @@ class TaskSampler:
         return order
 
     def next_batch(self, size: int) -> list[PromptDraw]:
-        return [self.draw(self._next_task()) for _ in range(size)]
+        draws = [self.draw(self._next_task()) for _ in range(size)]
+        if self.config.preference_contrast:
+            draws = [variant for draw in draws for variant in self.preference_variants(draw)]
+        return draws
+
+    def preference_variants(self, draw: PromptDraw) -> list[PromptDraw]:
+        """`draw` once per preference kind the config names (same task, tools and prices; a fresh wording)."""
+        variants = []
+        for kind in self._kinds():
+            preference = self._preference_of(kind, draw.tools)
+            if kind == "tool" and not preference.tools:
+                continue  # no label to prefer among the offered tools
+            wording = self.rng.randrange(WORDINGS) if self.config.random_wording else 0
+            variants.append(PromptDraw(task=draw.task, tools=draw.tools, preference=preference,
+                                       price_factors=draw.price_factors, wording=wording))
+        return variants
+
+    def _kinds(self) -> list[str]:
+        return [kind for kind, weight in self.config.preferences.items() if weight > 0]
 
     def _next_task(self) -> Task:
         if self.position >= len(self.order):
@@ -100,8 +118,11 @@ class TaskSampler:
         return chosen
 
     def _preference(self, tools: list[Tool]) -> Preference:
-        kinds = [kind for kind, weight in self.config.preferences.items() if weight > 0]
+        kinds = self._kinds()
         kind = self.rng.choices(kinds, weights=[self.config.preferences[k] for k in kinds])[0]
+        return self._preference_of(kind, tools)
+
+    def _preference_of(self, kind: str, tools: list[Tool]) -> Preference:
         if kind == "cost":
             return Preference(accuracy=1.0, cost=1.0)
         if kind == "latency":
