@@ -224,3 +224,13 @@ def test_child_prefix_scores_and_gradients_equal_one_prefix() -> None:
         torch.testing.assert_close(got, want.detach(), rtol=1e-4, atol=1e-4)
     for name, param in model.named_parameters():
         torch.testing.assert_close(param.grad, expected[name], rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_contrast_weight_adds_the_preference_deviation_term(tmp_path) -> None:
+    prefs = {"accuracy": 1.0, "cost": 1.0}
+    losses = []
+    for weight in (1.0, 5.0):
+        trainer = counterfactual_trainer(tmp_path / f"w{weight}", steps=1, preferences=prefs, preference_contrast=True)
+        trainer.config.algorithm.contrast_weight = weight
+        losses.append(trainer.step()["actor/pg_loss"])
+    assert losses[1] > losses[0]  # same weights and draws; only the (non-negative) deviation term grew

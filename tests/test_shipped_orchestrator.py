@@ -69,3 +69,20 @@ def test_export_errors_name_the_checkpoint(tmp_path) -> None:
     _, checkpoint = trained_checkpoint(tmp_path, lora_rank=0)
     with pytest.raises(UserError, match="without LoRA"):
         adapters.export_adapter(checkpoint, tmp_path / "out")
+
+
+def test_init_checkpoint_starts_from_trained_weights(tmp_path) -> None:
+    from toolorchestra.errors import ConfigError
+
+    trainer, checkpoint = trained_checkpoint(tmp_path)
+    config = trainer.config.model_copy(deep=True)
+    config.model.init_checkpoint = str(checkpoint)
+    config.trainer.default_local_dir = str(tmp_path / "second")
+    second = Trainer(config, env=FakeRoutingEnv())
+    trained = dict(trainer.policy.named_parameters())
+    for name, param in second.policy.named_parameters():
+        if param.requires_grad:
+            torch.testing.assert_close(param, trained[name], msg=name)
+    config.model.init_checkpoint = str(tmp_path / "nowhere")
+    with pytest.raises(ConfigError, match="init_checkpoint"):
+        Trainer(config, env=FakeRoutingEnv())

@@ -39,6 +39,9 @@ class ModelConfig(_Strict):
         None, ge=1, description="put the adapter on the last N decoder layers only: the backward pass then stops "
         "there (much cheaper on a CPU); None = every layer"
     )
+    init_checkpoint: str | None = Field(
+        None, description="start from this checkpoint's trainable weights (runs/NAME/checkpoints/step_N; same "
+        "adapter shape) with a fresh optimizer, e.g. to continue under other settings; --resume takes precedence")
     gradient_checkpointing: bool = False
 
 
@@ -96,6 +99,9 @@ class AlgorithmConfig(_Strict):
         "regression", description="counterfactual: 'expected' maximizes the exact expected advantage sum_l q_l A_l "
         "(its gradient vanishes once q collapses onto one label); 'regression' fits the label log-probs, centered "
         "over the labels, to A / counterfactual_tau by least squares, whose optimum is q ∝ exp(E[A | prompt] / tau)")
+    contrast_weight: float = Field(
+        1.0, ge=0, description="counterfactual regression with sampler.preference_contrast: weight of each "
+        "preference's deviation from the task's mean regression error (1 = plain least squares)")
     counterfactual_tau: float = Field(
         0.5, gt=0, description="counterfactual regression: temperature of the target policy exp(A / tau)")
     norm_adv_by_std: Literal["group", "batch", "none"] = "group"

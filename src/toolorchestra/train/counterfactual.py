@@ -166,7 +166,7 @@ class CounterfactualLearner:
         for shared, local, indices in self._chunks(prompts, [draw.task.id for draw, _ in usable], limits):
             scores = shared.score(local, [calls[i] for i in indices], config.rollout.temperature,
                                   prompt_tails=[len(stems[i]) for i in indices])
-            losses = []
+            losses, errors_of_chunk = [], []
             for index, scored in zip(indices, scores):
                 label_logp, stem_logp = scored[:-1], scored[-1]
                 outcome = usable[index][1]
@@ -182,12 +182,23 @@ class CounterfactualLearner:
                     route_loss = torch.zeros((), device=label_logp.device)
                 elif algorithm.counterfactual_loss == "regression":
                     route_loss = _regression_loss(label_logp, advantages, algorithm.counterfactual_tau)
+                if algorithm.counterfactual_loss == "regression":
+                    errors_of_chunk.append(_regression_error(label_logp, advantages, algorithm.counterfactual_tau))
                 else:
                     route_loss = -(q * advantages).sum()
                 losses.append(route_loss - actor.entropy_coeff * entropy - algorithm.format_coef * log_valid)
                 stats.add(outcome, q.detach().tolist(), float(entropy.detach()), float(log_valid.detach()),
                           preference_kind(usable[index][0].preference))
-            loss = torch.stack(losses).sum() / len(usable)
+            loss = torch.stack(losses).sum()
+            if config.sampler.preference_contrast and algorithm.contrast_weight != 1.0 and len(errors_of_chunk) > 1:
+                # This chunk is one task under several preferences. Its regression error splits into the part
+                # all preferences share (which labels happen to be right on this question: mostly noise a
+                # small model cannot predict) and each preference's deviation from it (what the stated
+                # preference changes: the signal preference-following needs); contrast_weight scales the latter.
+                stacked = torch.stack(errors_of_chunk)
+                deviation = ((stacked - stacked.mean(0, keepdim=True)) ** 2).mean(-1).sum()
+                loss = loss + (algorithm.contrast_weight - 1.0) * deviation
+            loss = loss / len(usable)
             loss.backward()
             total_loss += float(loss.detach())
         parameters = [param for param in trainer.policy.parameters() if param.requires_grad]
@@ -230,6 +241,11 @@ class CounterfactualLearner:
         self._loop.close()
 
 
+def _regression_error(label_logp: "torch.Tensor", advantages: "torch.Tensor", tau: float) -> "torch.Tensor":
+    """Per label: centered log-prob minus A / tau (A = 0 everywhere for a flat group)."""
+    return (label_logp - label_logp.mean()) - advantages / tau
+
+
 def _regression_loss(label_logp: "torch.Tensor", advantages: "torch.Tensor", tau: float) -> "torch.Tensor":
     """Least squares between the label log-probs, centered over the labels, and A / tau.
 
@@ -239,8 +255,7 @@ def _regression_loss(label_logp: "torch.Tensor", advantages: "torch.Tensor", tau
     advantage gradient q_l (A_l - sum q A), the error of a label with a tiny probability is large, not
     vanishing, so a policy that has collapsed onto one label is pulled back.
     """
-    centered = label_logp - label_logp.mean()
-    return ((centered - advantages / tau) ** 2).mean()
+    return (_regression_error(label_logp, advantages, tau) ** 2).mean()
 
 
 class _Stats:

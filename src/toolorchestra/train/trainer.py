@@ -16,7 +16,7 @@ from typing import Any
 
 from toolorchestra.envs.base import Env, Task
 from toolorchestra.reward import batch_advantages, group_rewards, reward_std
-from toolorchestra.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from toolorchestra.train.checkpoint import load_trainable, latest_checkpoint, load_checkpoint, save_checkpoint
 from toolorchestra.train.config import TrainConfig
 from toolorchestra.train.health import check_rollouts
 from toolorchestra.train.rollout import Episode, RolloutEngine
@@ -63,6 +63,17 @@ def _decoder_linear_names(model: Any) -> list[str]:
                    if isinstance(module, torch.nn.Linear) and module is not output and ".layers." in name})
 
 
+def _init_from(checkpoint: Path, model: Any) -> None:
+    from toolorchestra.errors import ConfigError
+
+    if not (checkpoint / "trainable.pt").is_file():
+        raise ConfigError(f"model.init_checkpoint: {checkpoint} is not a checkpoint (no trainable.pt)")
+    try:
+        load_trainable(checkpoint, model)
+    except (ValueError, RuntimeError) as error:
+        raise ConfigError(f"model.init_checkpoint: {checkpoint} does not fit this model and adapter: {error}") from None
+
+
 class Trainer:
     def __init__(self, config: TrainConfig, *, env: Env | None = None, model: Any = None, tokenizer: Any = None,
                  run_dir: Path | str | None = None, resume: bool = False) -> None:
@@ -83,6 +94,8 @@ class Trainer:
         if config.model.lora_rank > 0:
             model = wrap_lora(model, config.model.lora_rank, config.model.lora_alpha, config.model.target_modules,
                               config.model.lora_layers)
+        if config.model.init_checkpoint:
+            _init_from(Path(config.model.init_checkpoint), model)
         if config.model.gradient_checkpointing:
             model.gradient_checkpointing_enable()
         self.policy = model
