@@ -91,6 +91,11 @@ def export_adapter(checkpoint: Path, out_dir: Path, *, card: str | None = None,
     shutil.rmtree(staging, ignore_errors=True)
     with torch.no_grad():
         model.save_pretrained(str(staging))
+    # peft records the base model's resolved local path (a cache dir on this machine); the reference is what
+    # loads it anywhere
+    adapter_config = staging / ADAPTER_FILES[0]
+    adapter_config.write_text(json.dumps({**json.loads(adapter_config.read_text()),
+                                          "base_model_name_or_path": config.model.path}, indent=2) + "\n")
     meta = {"base_model": config.model.path, "checkpoint_step": state["step"],
             "env": config.data.env, "estimator": config.algorithm.adv_estimator, **(extra or {})}
     (staging / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
