@@ -1,0 +1,72 @@
+"""Where a counterfactual checkpoint puts its probability, per preference, on the first N test tasks.
+
+    python scripts/probe_labels.py runs/NAME/checkpoints/step_N 60 [configs/train/CONFIG.yaml]
+
+Every label's answer call is scored (not sampled) under each preference, as training scores it; printed per
+preference: accuracy and dollars of the most likely label, how often each label is the most likely (overall and
+per subset), and the mean probability of the top labels. Much cheaper than an eval run, so it suits a quick
+look during training; the eval is what counts.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import sys
+from pathlib import Path
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) not in (2, 3):
+        print(__doc__.strip(), file=sys.stderr)
+        return 2
+    import torch
+
+    from toolorchestra.agent.preference import Preference
+    from toolorchestra.agent.prompt import wording_for
+    from toolorchestra.train.checkpoint import load_trainable
+    from toolorchestra.train.config import load_train_config
+    from toolorchestra.train.counterfactual import CounterfactualLearner
+    from toolorchestra.train.prefix import SharedPrefix, common_prefix_length
+    from toolorchestra.train.trainer import Trainer
+
+    checkpoint, count = Path(argv[0]), int(argv[1])
+    config = load_train_config(Path(argv[2] if len(argv) > 2 else "configs/train/routerbench-counterfactual.yaml"))
+    config.data.split, config.trainer.torch_threads, config.model.init_checkpoint = "test", 1, None
+    trainer = Trainer(config, run_dir=Path("/tmp/probe_labels_run"))
+    load_trainable(checkpoint, trainer.policy)
+    trainer.policy.eval()
+    learner = CounterfactualLearner(trainer)
+    tasks = trainer.tasks[:count]
+    preferences = {"accuracy": Preference(), "cost": Preference(accuracy=1.0, cost=1.0),
+                   "latency": Preference(accuracy=1.0, latency=1.0)}
+    for name, preference in preferences.items():
+        picks: collections.Counter[str] = collections.Counter()
+        by_subset: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+        mass: dict[str, float] = collections.defaultdict(float)
+        correct, dollars = 0, 0.0
+        for task in tasks:
+            draw = dataclasses.replace(trainer.sampler.draw(task), preference=preference, wording=wording_for(task.id))
+            outcome = learner.outcomes(draw)
+            calls = learner.call_ids(outcome)
+            stem = min(common_prefix_length(calls), min(len(call) for call in calls) - 1)
+            with torch.no_grad():
+                shared = SharedPrefix(trainer.policy, [learner.prompt_ids(draw) + calls[0][:stem]], trainer.rollout.pad_id)
+                scores = shared.score([0], [[call[stem:] for call in calls]])[0]
+            best = int(torch.argmax(scores))
+            for label, p in zip(outcome.labels, torch.softmax(scores, -1).tolist()):
+                mass[label] += p / len(tasks)
+            picks[outcome.labels[best]] += 1
+            by_subset[(task.subtask or "all").split(".")[0]][outcome.labels[best]] += 1
+            correct += outcome.correct[best]
+            dollars += outcome.cost[best]
+        print(f"{name}: accuracy {correct / len(tasks):.3f}, ${dollars:.4f}, picks {dict(picks.most_common())}")
+        print("   mean q", {label: round(p, 3) for label, p in sorted(mass.items(), key=lambda item: -item[1])[:6]})
+        for subset, counter in sorted(by_subset.items()):
+            print(f"   {subset}: {dict(counter.most_common(4))}")
+    learner.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
