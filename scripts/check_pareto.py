@@ -46,6 +46,10 @@ def main(argv: list[str]) -> int:
     for name, by_pref in sorted(orchestrators.items()):
         for pref, (accuracy, cost, n) in sorted(by_pref.items()):
             same_tasks = {b: p for b, p in baselines.items() if p[2] == n}
+            if not same_tasks:
+                print(f"{name} --prefer {pref}: accuracy {accuracy:.4f}, cost ${cost:.4f}, n={n}: no baseline ran "
+                      "on the same number of tasks; not checked")
+                continue
             dominating = sorted((b for b, (a, c, _) in same_tasks.items() if a >= accuracy and c <= cost),
                                 key=lambda b: -same_tasks[b][0])
             verdict = "nondominated" if not dominating else "dominated by " + ", ".join(

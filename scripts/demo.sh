@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The whole loop on replay:routerbench test (945 prompts, 11 recorded models):
-#   1. every baseline policy on the full test split (seconds each),
+# The whole loop on replay:routerbench test (945 prompts, 11 recorded models), on the first LIMIT test tasks:
+#   1. every baseline policy (seconds each),
 #   2. the shipped trained orchestrator (SmolLM2-135M + the routing adapter in
 #      src/toolorchestra/data/orchestrators/smollm2-135m-orchestrator) on the same test tasks, once per
 #      preference in ORCH_PREFS: it reads the question and the stated preference and names the model to answer,
@@ -13,7 +13,8 @@
 #   TOOLORCHESTRA_DATA  shared data dir (default ../shared/data)
 #   ORCH         orchestrator model (default smollm2-135m-orchestrator, the trained one; smollm2-135m is the
 #                untrained embedded model)
-#   ORCH_LIMIT   test tasks for the orchestrator (default all 945); ORCH_PREFS preferences (default "accuracy cost")
+#   LIMIT        first test tasks every policy runs on (default 200, about 3 minutes per orchestrator run; empty =
+#                all 945, as in results/routerbench); ORCH_PREFS preferences (default "accuracy cost")
 #   ORCH_TOOLS   tools it is offered (default answer: it names the model that answers), ORCH_TURNS (1),
 #   ORCH_TOKENS (40), ORCH_CONCURRENCY (4)
 set -euo pipefail
@@ -22,7 +23,7 @@ cd "$(dirname "$0")/.."
 PY="${PY:-.venv/bin/python}"
 OUT="${OUT:-out/demo}"
 ORCH="${ORCH:-smollm2-135m-orchestrator}"
-ORCH_LIMIT="${ORCH_LIMIT:-}"
+LIMIT="${LIMIT-200}"
 ORCH_PREFS="${ORCH_PREFS:-accuracy cost}"
 ORCH_TOOLS="${ORCH_TOOLS:-answer}"
 ORCH_TURNS="${ORCH_TURNS:-1}"
@@ -37,8 +38,10 @@ fi
 toolorchestra() { "$PY" -c 'from toolorchestra.cli.main import main; main()' "$@"; }
 slug() { printf '%s' "$1" | tr ':/' '__'; }
 
+limit_args=(); scope="all test tasks"
+if [ -n "$LIMIT" ]; then limit_args=(--limit "$LIMIT"); scope="the first $LIMIT test tasks"; fi
 started=$(date +%s)
-echo "== baselines on $ENV_NAME test"
+echo "== baselines on $ENV_NAME, $scope"
 MODELS=(gpt-4-1106-preview gpt-3.5-turbo-1106 claude-v1 claude-v2 claude-instant-v1 meta/llama-2-70b-chat
         meta/code-llama-instruct-34b-chat mistralai/mixtral-8x7b-chat mistralai/mistral-7b-chat
         zero-one-ai/Yi-34B-Chat WizardLM/WizardLM-13B-V1.2)
@@ -51,13 +54,12 @@ for policy in "${POLICIES[@]}"; do
   log="$OUT/logs/$(slug "$policy").log"
   if [ -f "$run_dir/metrics.json" ]; then echo "   $policy: done"; continue; fi
   echo "   $policy"
-  toolorchestra eval --env "$ENV_NAME" --split test --policy "$policy" --out "$run_dir" --no-progress > "$log" 2>&1 \
+  toolorchestra eval --env "$ENV_NAME" --split test --policy "$policy" "${limit_args[@]}" --out "$run_dir" \
+    --no-progress > "$log" 2>&1 \
     || { cat "$log" >&2; exit 1; }
 done
 echo "   baselines took $(( $(date +%s) - started ))s"
 
-limit_args=(); scope="all test tasks"
-if [ -n "$ORCH_LIMIT" ]; then limit_args=(--limit "$ORCH_LIMIT"); scope="the first $ORCH_LIMIT test tasks"; fi
 for pref in $ORCH_PREFS; do
   echo "== orchestrator $ORCH, --prefer $pref, on $scope"
   orch_started=$(date +%s)
