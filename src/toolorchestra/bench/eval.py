@@ -34,6 +34,8 @@ def local_orchestrators() -> list[str]:
     from toolorchestra.backends.adapters import shipped_orchestrators
 
     return [*LOCAL_ORCHESTRATORS, *shipped_orchestrators()]
+
+
 TRAJECTORIES = "trajectories.jsonl"
 METRICS = "metrics.json"
 MANIFEST = "run.json"

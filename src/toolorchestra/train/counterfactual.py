@@ -176,16 +176,15 @@ class CounterfactualLearner:
                 q = log_q.exp()
                 entropy = -(q * log_q).sum()
                 log_valid = stem_logp + torch.logsumexp(label_logp, -1)
-                if max(outcome.rewards) == min(outcome.rewards):
-                    # a flat group (every label equally good, e.g. all right under the accuracy preference):
-                    # nothing to learn about routing; regressing to A = 0 would only pull q toward uniform
-                    route_loss = torch.zeros((), device=label_logp.device)
-                elif algorithm.counterfactual_loss == "regression":
-                    route_loss = _regression_loss(label_logp, advantages, algorithm.counterfactual_tau)
+                # a flat group (every label equally good, e.g. all right under the accuracy preference) has
+                # nothing to teach about routing; regressing it to A = 0 would only pull q toward uniform
+                flat = max(outcome.rewards) == min(outcome.rewards)
                 if algorithm.counterfactual_loss == "regression":
-                    errors_of_chunk.append(_regression_error(label_logp, advantages, algorithm.counterfactual_tau))
+                    error = _regression_error(label_logp, advantages, algorithm.counterfactual_tau)
+                    errors_of_chunk.append(error)  # flat groups still count in the preference contrast
+                    route_loss = torch.zeros((), device=label_logp.device) if flat else (error ** 2).mean()
                 else:
-                    route_loss = -(q * advantages).sum()
+                    route_loss = -(q * advantages).sum()  # A = 0 everywhere for a flat group
                 losses.append(route_loss - actor.entropy_coeff * entropy - algorithm.format_coef * log_valid)
                 stats.add(outcome, q.detach().tolist(), float(entropy.detach()), float(log_valid.detach()),
                           preference_kind(usable[index][0].preference))
