@@ -86,3 +86,16 @@ def test_init_checkpoint_starts_from_trained_weights(tmp_path) -> None:
     config.model.init_checkpoint = str(tmp_path / "nowhere")
     with pytest.raises(ConfigError, match="init_checkpoint"):
         Trainer(config, env=FakeRoutingEnv())
+
+
+def test_loading_an_adapter_without_peft_names_the_package(tmp_path, monkeypatch) -> None:
+    import sys
+
+    _, checkpoint = trained_checkpoint(tmp_path)
+    root = tmp_path / "orchestrators"
+    adapters.export_adapter(checkpoint, root / "tiny-orchestrator")
+    monkeypatch.setattr(adapters, "orchestrators_root", lambda: root)
+    monkeypatch.setenv("TOOLORCHESTRA_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setitem(sys.modules, "peft", None)  # as if the optional package were not installed
+    with pytest.raises(UserError, match="needs peft"):
+        resolve_model_dir("tiny-orchestrator")

@@ -57,7 +57,11 @@ def shipped_orchestrators() -> dict[str, ShippedOrchestrator]:
 
 def merge_adapter(orchestrator: ShippedOrchestrator, out_dir: Path) -> None:
     """Write the base model with the adapter merged into `out_dir` (an HF dir with its tokenizer)."""
-    from peft import PeftModel
+    try:
+        from peft import PeftModel
+    except ImportError:
+        raise UserError(f"the trained orchestrator {orchestrator.name!r} is a LoRA adapter and loading it needs "
+                        "peft: pip install 'toolorchestra[local]'") from None
 
     from toolorchestra.backends.local import load_hf_model
 
