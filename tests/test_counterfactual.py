@@ -102,7 +102,8 @@ def test_label_outcomes_score_every_label_with_the_reward() -> None:
     assert outcome.rewards[0] > outcome.rewards[1] > 0
 
 
-def counterfactual_trainer(run_dir, steps: int = 12, loss: str = "regression", **sampler) -> Trainer:
+def counterfactual_trainer(run_dir, steps: int = 12, loss: str = "regression", algorithm: dict | None = None,
+                           **sampler) -> Trainer:
     tokenizer = tiny_tokenizer()
     config = TrainConfig.model_validate({
         "seed": 0,
@@ -110,7 +111,8 @@ def counterfactual_trainer(run_dir, steps: int = 12, loss: str = "regression", *
         "model": {"lora_rank": 8, "lora_alpha": 16},
         "actor": {"ppo_mini_batch_size": 4, "ppo_micro_batch_size": 2, "entropy_coeff": 0.0,
                   "optim": {"lr": 1e-2}},
-        "algorithm": {"adv_estimator": "counterfactual", "format_coef": 0.02, "counterfactual_loss": loss},
+        "algorithm": {"adv_estimator": "counterfactual", "format_coef": 0.02, "counterfactual_loss": loss,
+                      **(algorithm or {})},
         "sampler": {"min_labels": 4, "max_labels": 4, "shuffle_labels": False, "price_scale": [1.0, 1.0],
                     "tool_keep_prob": 0.0, "preferences": {"cost": 1.0}, **sampler},
         "trainer": {"total_training_steps": steps, "save_freq": steps, "default_local_dir": str(run_dir),
@@ -130,6 +132,36 @@ def test_counterfactual_steps_move_probability_to_the_best_label(tmp_path, loss)
     assert last["calls/model/good-cheap"] > first["calls/model/good-cheap"] + 0.2
     assert last["reward/mean"] > first["reward/mean"]
     assert last["actor/pg_loss"] < first["actor/pg_loss"]
+
+
+def test_raw_advantages_label_spans_and_cost_floor_still_learn_the_best_label(tmp_path) -> None:
+    """The cost-floor recipe's settings: targets are raw reward differences, only label spans are scored."""
+    trainer = counterfactual_trainer(tmp_path / "run", algorithm={
+        "norm_adv_by_std": "none", "counterfactual_score": "label", "cost_floor": 0.1, "counterfactual_tau": 0.2})
+    history = trainer.fit(show_progress=False)
+    assert history[-1]["calls/model/good-cheap"] > history[0]["calls/model/good-cheap"] + 0.2
+    assert history[-1]["reward/mean"] > history[0]["reward/mean"]
+
+
+def test_label_spans_keep_the_label_and_one_closing_token() -> None:
+    from toolorchestra.train.counterfactual import label_spans
+
+    calls = [[1, 2, 10, 11, 7, 8, 9], [1, 2, 12, 7, 8, 9], [1, 2, 13, 14, 15, 7, 8, 9]]
+    assert label_spans(calls) == [[1, 2, 10, 11, 7], [1, 2, 12, 7], [1, 2, 13, 14, 15, 7]]
+    assert label_spans([[1, 5], [1, 6]]) == [[1, 5], [1, 6]]  # no common closing: unchanged
+    # a closing as long as the shortest call: every call keeps at least one token before the cut
+    assert label_spans([[4, 7, 8, 9], [5, 7, 8, 9], [7, 8, 9]]) == [[4, 7, 8], [5, 7, 8], [7, 8]]
+
+
+def test_label_outcomes_with_a_cost_floor_prefer_the_cheaper_right_label_under_accuracy() -> None:
+    env = FakeRoutingEnv()
+    task = env.tasks("train")[0]
+    tools = [tool for tool in env.tools_for(task) if tool.name == "answer"]
+    draw = PromptDraw(task=task, tools=tools, preference=Preference(), price_factors={})
+    plain = asyncio.run(label_outcomes(env, draw))
+    assert plain.rewards[0] == plain.rewards[1]  # accuracy alone: both right labels tie
+    floored = asyncio.run(label_outcomes(env, draw, cost_floor=0.1))
+    assert floored.rewards[0] > floored.rewards[1] > 0 == floored.rewards[2]
 
 
 def test_counterfactual_without_answer_labels_fails_loudly(tmp_path) -> None:

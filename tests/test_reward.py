@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from toolorchestra.agent.preference import Preference
-from toolorchestra.reward import batch_advantages, group_advantages, group_rewards, reward_std
+from toolorchestra.reward import batch_advantages, group_advantages, group_rewards, reward_std, with_cost_floor
 
 
 def test_all_wrong_gives_zero_rewards_and_zero_advantages() -> None:
@@ -50,6 +50,19 @@ def test_ties_give_equal_rewards_and_constant_features_contribute_nothing() -> N
 def test_all_right_with_accuracy_only_has_no_signal() -> None:
     features = [{"accuracy": 1.0, "cost": c, "latency": 0.0} for c in (0.1, 0.2)]
     assert group_rewards(features, [True, True], {"accuracy": 1.0}) == [0.0, 0.0]
+
+
+def test_cost_floor_breaks_ties_among_correct_answers_by_price() -> None:
+    features = [{"accuracy": 1.0, "cost": c, "latency": 0.0} for c in (0.1, 0.3)] + [{"accuracy": 0.0, "cost": 0.0}]
+    accuracy = Preference().weights()
+    plain = group_rewards(features, [True, True, False], accuracy)
+    assert plain[0] == plain[1] == 1.0  # the paper's accuracy vector: price makes no difference
+    floored = group_rewards(features, [True, True, False], with_cost_floor(accuracy, 0.1))
+    # cost range [0, 0.3] over the group (the wrong, free one included): 0.1 -> 2/3 of the cost weight, 0.3 -> 0
+    assert floored == [pytest.approx(1.0 + 0.1 * 2 / 3), pytest.approx(1.0), 0.0]
+    # a stronger stated cost weight is kept, and the input is not changed
+    assert with_cost_floor({"accuracy": 1.0, "cost": 1.0}, 0.1)["cost"] == 1.0
+    assert with_cost_floor(accuracy, 0.0) == accuracy and accuracy["cost"] == 0.0
 
 
 def test_tool_preference_rewards_calls_of_that_label() -> None:

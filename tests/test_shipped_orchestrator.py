@@ -88,6 +88,33 @@ def test_init_checkpoint_starts_from_trained_weights(tmp_path) -> None:
         Trainer(config, env=FakeRoutingEnv())
 
 
+def test_init_checkpoint_takes_an_exported_adapter_by_path_or_name(tmp_path, monkeypatch) -> None:
+    """A run can continue from what users run: the shipped adapter, by its folder or its name."""
+    from toolorchestra.errors import ConfigError
+
+    trainer, checkpoint = trained_checkpoint(tmp_path)
+    root = tmp_path / "orchestrators"
+    exported = adapters.export_adapter(checkpoint, root / "tiny-orchestrator")
+    monkeypatch.setattr(adapters, "orchestrators_root", lambda: root)
+    trained = {name: param for name, param in trainer.policy.named_parameters() if param.requires_grad}
+    for reference in (str(exported), "tiny-orchestrator"):
+        config = trainer.config.model_copy(deep=True)
+        config.model.init_checkpoint = reference
+        config.trainer.default_local_dir = str(tmp_path / "from-adapter")
+        second = Trainer(config, env=FakeRoutingEnv())
+        started = {name: param for name, param in second.policy.named_parameters() if param.requires_grad}
+        assert started.keys() == trained.keys()
+        for name, param in started.items():
+            torch.testing.assert_close(param, trained[name], msg=name)
+    config.model.init_checkpoint = "no-such-orchestrator"
+    with pytest.raises(ConfigError, match="shipped orchestrator name .*tiny-orchestrator"):
+        Trainer(config, env=FakeRoutingEnv())
+    config.model.init_checkpoint = str(exported)
+    config.model.lora_rank = 4  # another adapter shape must not load half the weights
+    with pytest.raises(ConfigError, match="does not fit"):
+        Trainer(config, env=FakeRoutingEnv())
+
+
 def test_loading_an_adapter_without_peft_names_the_package(tmp_path, monkeypatch) -> None:
     import sys
 

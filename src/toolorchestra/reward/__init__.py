@@ -53,6 +53,20 @@ def group_rewards(
     return rewards
 
 
+def with_cost_floor(preference: Mapping[str, float], cost_floor: float) -> dict[str, float]:
+    """The preference vector with its cost weight raised to at least `cost_floor` (a training knob).
+
+    Under the accuracy preference (P = {accuracy: 1}) every correct rollout gets the same reward, so the
+    optimum is the model most often right whatever it costs: gpt-4 on every RouterBench subset, a point
+    that the single gpt-4 baseline matches exactly. A small floor (0.1) breaks the ties among likely-correct
+    models by price, lexicographically: accuracy first, then dollars.
+    """
+    weights = dict(preference)
+    if cost_floor > 0:
+        weights["cost"] = max(float(weights.get("cost", 0.0)), cost_floor)
+    return weights
+
+
 def _oriented(row: Mapping[str, float], preference: Mapping[str, float]) -> dict[str, float]:
     return {name: (-1.0 if name in NEGATED_FEATURES else 1.0) * float(row.get(name, 0.0)) for name in preference}
 
@@ -109,4 +123,4 @@ def _clip(value: float) -> float:
     return max(-ADVANTAGE_CLIP, min(ADVANTAGE_CLIP, value))
 
 
-__all__ = ["batch_advantages", "group_advantages", "group_rewards", "reward_std", "NEGATED_FEATURES"]
+__all__ = ["batch_advantages", "group_advantages", "group_rewards", "reward_std", "with_cost_floor", "NEGATED_FEATURES"]

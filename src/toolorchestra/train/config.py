@@ -40,8 +40,8 @@ class ModelConfig(_Strict):
         "there (much cheaper on a CPU); None = every layer"
     )
     init_checkpoint: str | None = Field(
-        None, description="start from this checkpoint's trainable weights (runs/NAME/checkpoints/step_N; same "
-        "adapter shape) with a fresh optimizer, e.g. to continue under other settings; --resume takes precedence")
+        None, description="start from this checkpoint's trainable weights (runs/NAME/checkpoints/step_N, an "
+        "exported adapter dir, or a shipped orchestrator's name; same adapter shape) with a fresh optimizer, e.g. to continue under other settings; --resume takes precedence")
     gradient_checkpointing: bool = False
 
 
@@ -104,7 +104,18 @@ class AlgorithmConfig(_Strict):
         "preference's deviation from the task's mean regression error (1 = plain least squares)")
     counterfactual_tau: float = Field(
         0.5, gt=0, description="counterfactual regression: temperature of the target policy exp(A / tau)")
-    norm_adv_by_std: Literal["group", "batch", "none"] = "group"
+    counterfactual_score: Literal["call", "label"] = Field(
+        "call", description="counterfactual: score each label's whole answer call ('call', exact) or only up to "
+        "the first token after the label ('label': the rest of the call is the same for every label and forced "
+        "by the schema under guided decoding; about half the compute)")
+    norm_adv_by_std: Literal["group", "batch", "none"] = Field(
+        "group", description="divide advantages by the reward std of the group, of the batch, or not at all; for "
+        "the counterfactual regression, 'none' makes the greedy label the one with the best expected reward (a "
+        "group std weights questions where almost every label is right far more)")
+    cost_floor: float = Field(
+        0.0, ge=0, description="raise every preference's cost weight in the reward to at least this (0 = the "
+        "paper's vectors): ties among correct answers then go to the cheaper model, which the accuracy "
+        "preference's reward otherwise ignores")
     filter_min_reward_std: float = Field(0.1, ge=0, description="drop groups whose reward std is below this")
     filter_invalid: bool = Field(True, description="drop episodes without a valid final answer or with malformed calls")
 

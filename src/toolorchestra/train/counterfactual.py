@@ -37,7 +37,7 @@ from toolorchestra.agent.trajectory import Trajectory
 from toolorchestra.backends.base import ToolCall
 from toolorchestra.backends.toolcalls import render_tool_call
 from toolorchestra.envs.base import Env
-from toolorchestra.reward import group_advantages, group_rewards
+from toolorchestra.reward import batch_advantages, group_rewards, with_cost_floor
 from toolorchestra.tools.base import ToolContext
 from toolorchestra.tools.llm import AnswerTool
 from toolorchestra.train.prefix import SharedPrefix, common_prefix_length
@@ -64,9 +64,9 @@ class LabelOutcomes:
         return ToolCall(id="call_0", name=self.tool, arguments={"model": self.labels[index]})
 
 
-async def label_outcomes(env: Env, draw: PromptDraw) -> LabelOutcomes | None:
+async def label_outcomes(env: Env, draw: PromptDraw, cost_floor: float = 0.0) -> LabelOutcomes | None:
     """Run `answer(model=LABEL)` for every offered label through the real tool and score it; None when the
-    draw offers no answer tool with labels."""
+    draw offers no answer tool with labels. `cost_floor`: see toolorchestra.reward.with_cost_floor."""
     answer = next((tool for tool in draw.tools if isinstance(tool, AnswerTool) and tool.labels), None)
     if answer is None:
         return None
@@ -91,7 +91,7 @@ async def label_outcomes(env: Env, draw: PromptDraw) -> LabelOutcomes | None:
                              f"calls:{answer.name}": 1.0, f"calls:{label}": 1.0})
     finally:
         current_task.reset(token)
-    rewards = group_rewards(features, correct, draw.preference.weights())
+    rewards = group_rewards(features, correct, with_cost_floor(draw.preference.weights(), cost_floor))
     return LabelOutcomes(answer.name, labels, models, correct, cost, latency, rewards, errors)
 
 
@@ -108,7 +108,8 @@ class CounterfactualLearner:
                           draw.preference.weights(),
                           [list(getattr(tool, "labels", {}).items()) for tool in draw.tools]], sort_keys=True)
         if key not in self._outcomes:
-            self._outcomes[key] = self._loop.run_until_complete(label_outcomes(self.trainer.env, draw))
+            self._outcomes[key] = self._loop.run_until_complete(
+                label_outcomes(self.trainer.env, draw, self.trainer.config.algorithm.cost_floor))
         return self._outcomes[key]
 
     def prompt_ids(self, draw: PromptDraw) -> list[int]:
@@ -121,8 +122,11 @@ class CounterfactualLearner:
 
     def call_ids(self, outcome: LabelOutcomes) -> list[list[int]]:
         renderer = self.trainer.rollout.renderer
-        return [renderer.encode(render_tool_call(outcome.call(index))) + [renderer.end_of_turn_id]
-                for index in range(len(outcome.labels))]
+        calls = [renderer.encode(render_tool_call(outcome.call(index))) + [renderer.end_of_turn_id]
+                 for index in range(len(outcome.labels))]
+        if self.trainer.config.algorithm.counterfactual_score == "label":
+            calls = label_spans(calls)
+        return calls
 
     def step(self, draws: list[PromptDraw]) -> dict[str, Any]:
         import torch
@@ -163,6 +167,8 @@ class CounterfactualLearner:
         stats, total_loss = _Stats(), 0.0
         # the stems are scored as prompt tails, so no shared prefix may reach into them
         limits = [len(prompt) - len(stem) for prompt, stem in zip(prompts, stems)]
+        # advantages over each prompt's counterfactual group of labels, scaled as algorithm.norm_adv_by_std says
+        step_advantages = batch_advantages([outcome.rewards for _, outcome in usable], algorithm.norm_adv_by_std)
         for shared, local, indices in self._chunks(prompts, [draw.task.id for draw, _ in usable], limits):
             scores = shared.score(local, [calls[i] for i in indices], config.rollout.temperature,
                                   prompt_tails=[len(stems[i]) for i in indices])
@@ -170,7 +176,7 @@ class CounterfactualLearner:
             for index, scored in zip(indices, scores):
                 label_logp, stem_logp = scored[:-1], scored[-1]
                 outcome = usable[index][1]
-                advantages = torch.tensor(group_advantages(outcome.rewards, "group"), dtype=torch.float32,
+                advantages = torch.tensor(step_advantages[index], dtype=torch.float32,
                                           device=label_logp.device)
                 log_q = torch.log_softmax(label_logp, -1)
                 q = log_q.exp()
@@ -238,6 +244,17 @@ class CounterfactualLearner:
 
     def close(self) -> None:
         self._loop.close()
+
+
+def label_spans(calls: list[list[int]]) -> list[list[int]]:
+    """The calls cut after the first token of their common closing (`"}}` ... end of turn): that token
+    still delimits each label (so `gpt-4` is not scored as a prefix of a longer label), and everything after
+    it is the same for every label and forced by the schema under guided decoding. Scoring only this span
+    costs about half of scoring whole calls, since the closing tokens dominate a short label's call."""
+    closing = common_prefix_length([call[::-1] for call in calls])
+    shortest = min(len(call) for call in calls)
+    closing = min(closing, shortest - 1)
+    return [call[:len(call) - closing + 1] if closing > 1 else list(call) for call in calls]
 
 
 def _regression_error(label_logp: "torch.Tensor", advantages: "torch.Tensor", tau: float) -> "torch.Tensor":

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from toolorchestra.envs.base import Env, Task
-from toolorchestra.reward import batch_advantages, group_rewards, reward_std
+from toolorchestra.reward import batch_advantages, group_rewards, reward_std, with_cost_floor
 from toolorchestra.train.checkpoint import load_trainable, latest_checkpoint, load_checkpoint, save_checkpoint
 from toolorchestra.train.config import TrainConfig
 from toolorchestra.train.health import check_rollouts
@@ -63,15 +63,46 @@ def _decoder_linear_names(model: Any) -> list[str]:
                    if isinstance(module, torch.nn.Linear) and module is not output and ".layers." in name})
 
 
-def _init_from(checkpoint: Path, model: Any) -> None:
+def _init_from(reference: str, model: Any) -> None:
+    """Load start weights from a training checkpoint dir, or from a shipped orchestrator (its name or an
+    exported adapter dir with adapter_model.safetensors), so a run can continue from what users run."""
+    from toolorchestra.backends.adapters import ADAPTER_FILES, shipped_orchestrators
     from toolorchestra.errors import ConfigError
 
-    if not (checkpoint / "trainable.pt").is_file():
-        raise ConfigError(f"model.init_checkpoint: {checkpoint} is not a checkpoint (no trainable.pt)")
+    checkpoint = Path(reference)
+    shipped = shipped_orchestrators().get(reference)
+    if shipped is not None and not checkpoint.exists():
+        checkpoint = shipped.folder
+    adapter = checkpoint / ADAPTER_FILES[1]
+    if not (checkpoint / "trainable.pt").is_file() and not adapter.is_file():
+        raise ConfigError(f"model.init_checkpoint: {reference} is not a checkpoint (no trainable.pt), an exported "
+                          f"adapter (no {ADAPTER_FILES[1]}) or a shipped orchestrator name "
+                          f"({', '.join(sorted(shipped_orchestrators())) or 'none shipped'})")
     try:
-        load_trainable(checkpoint, model)
+        if adapter.is_file():
+            _load_adapter_weights(adapter, model)
+        else:
+            load_trainable(checkpoint, model)
     except (ValueError, RuntimeError) as error:
-        raise ConfigError(f"model.init_checkpoint: {checkpoint} does not fit this model and adapter: {error}") from None
+        raise ConfigError(f"model.init_checkpoint: {reference} does not fit this model and adapter: {error}") from None
+
+
+def _load_adapter_weights(adapter: Path, model: Any) -> None:
+    """Copy a peft adapter file's LoRA weights into the policy's (same rank and layers); every trainable
+    parameter must be covered, so a shape or layer mismatch fails instead of training half an adapter."""
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    weights = load_file(str(adapter))
+    result = set_peft_model_state_dict(model, weights)
+    unexpected = list(getattr(result, "unexpected_keys", []) or [])
+    if unexpected:
+        raise ValueError(f"adapter has weights the policy lacks, e.g. {unexpected[:3]}")
+    loaded = {key.replace(".lora_A.weight", ".lora_A.default.weight").replace(".lora_B.weight", ".lora_B.default.weight")
+              for key in weights}
+    uncovered = [name for name, param in model.named_parameters() if param.requires_grad and name not in loaded]
+    if uncovered:
+        raise ValueError(f"adapter lacks trainable weights of the policy, e.g. {uncovered[:3]}")
 
 
 class Trainer:
@@ -95,7 +126,7 @@ class Trainer:
             model = wrap_lora(model, config.model.lora_rank, config.model.lora_alpha, config.model.target_modules,
                               config.model.lora_layers)
         if config.model.init_checkpoint:
-            _init_from(Path(config.model.init_checkpoint), model)
+            _init_from(config.model.init_checkpoint, model)
         if config.model.gradient_checkpointing:
             model.gradient_checkpointing_enable()
         self.policy = model
@@ -141,7 +172,8 @@ class Trainer:
         rollout_time = time.perf_counter() - started
         groups = [[episode for episode in episodes if episode.group == index] for index in range(len(draws))]
         rewards = [group_rewards([e.features() for e in group], [e.correct for e in group],
-                                 draws[index].preference.weights()) for index, group in enumerate(groups)]
+                                 with_cost_floor(draws[index].preference.weights(), self.config.algorithm.cost_floor))
+                   for index, group in enumerate(groups)]
         advantages = batch_advantages(rewards, self.config.algorithm.norm_adv_by_std)
         for group, group_rewards_, group_advantages_ in zip(groups, rewards, advantages):
             for episode, reward, advantage in zip(group, group_rewards_, group_advantages_):
