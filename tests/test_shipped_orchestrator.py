@@ -126,3 +126,26 @@ def test_loading_an_adapter_without_peft_names_the_package(tmp_path, monkeypatch
     monkeypatch.setitem(sys.modules, "peft", None)  # as if the optional package were not installed
     with pytest.raises(UserError, match="needs peft"):
         resolve_model_dir("tiny-orchestrator")
+
+
+def test_averaged_checkpoint_holds_the_mean_weights_and_exports(tmp_path) -> None:
+    from toolorchestra.train.checkpoint import average_checkpoints, save_checkpoint
+
+    trainer, checkpoint = trained_checkpoint(tmp_path)
+    first = torch.load(checkpoint / "trainable.pt")
+    shifted = {name: value + 1.0 for name, value in first.items()}
+    with torch.no_grad():
+        for name, param in trainer.policy.named_parameters():
+            if name in shifted:
+                param.copy_(shifted[name])
+    second = save_checkpoint(tmp_path / "run", 4, model=trainer.policy, optimizer=trainer.optimizer,
+                             sampler_state={}, config=trainer.config.model_dump(mode="json"))
+    averaged = average_checkpoints([checkpoint, second], tmp_path / "averaged")
+    mean = torch.load(averaged / "trainable.pt")
+    for name, value in first.items():
+        torch.testing.assert_close(mean[name], value + 0.5, msg=name)
+    assert json.loads((averaged / "state.json").read_text())["averaged_from"] == [str(checkpoint), str(second)]
+    exported = adapters.export_adapter(averaged, tmp_path / "orchestrators" / "averaged")
+    assert (exported / "adapter_model.safetensors").is_file()
+    with pytest.raises(ValueError, match="average_checkpoints: no checkpoint"):
+        average_checkpoints([], tmp_path / "none")

@@ -87,3 +87,30 @@ def load_checkpoint(path: Path, *, model: Any, optimizer: Any) -> dict[str, Any]
     torch.set_rng_state(rng["torch"])
     random.setstate(rng["python"])
     return json.loads((path / STATE_FILE).read_text())
+
+
+def average_checkpoints(checkpoints: list[Path], out_dir: Path) -> Path:
+    """A checkpoint whose trainable weights are the mean of `checkpoints`' (Polyak averaging of the last few
+    checkpoints of a run): per-question reward targets are noisy, so consecutive checkpoints scatter around
+    what the run has learned, and their mean scatters less. LoRA's A and B are averaged separately, which is
+    close to averaging their product when the checkpoints are near each other (same run, small steps).
+    Writes trainable.pt and the last checkpoint's state.json (with `averaged_from`); no optimizer state, so
+    it is for export and evaluation, not for --resume."""
+    import torch
+
+    if not checkpoints:
+        raise ValueError("average_checkpoints: no checkpoint given")
+    states = [torch.load(path / "trainable.pt", map_location="cpu") for path in checkpoints]
+    names = set(states[0])
+    for path, state in zip(checkpoints, states):
+        if set(state) != names:
+            raise ValueError(f"{path}: its trainable weights differ from {checkpoints[0]}'s; average checkpoints "
+                             "of one run")
+    mean = {name: torch.stack([state[name].float() for state in states]).mean(0).to(states[0][name].dtype)
+            for name in states[0]}
+    state = json.loads((checkpoints[-1] / STATE_FILE).read_text())
+    state["averaged_from"] = [str(path) for path in checkpoints]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    torch.save(mean, out_dir / "trainable.pt")
+    (out_dir / STATE_FILE).write_text(json.dumps(state))
+    return out_dir
