@@ -1,6 +1,9 @@
 """Where a counterfactual checkpoint puts its probability, per preference, on the first N test tasks.
 
-    python scripts/probe_labels.py runs/NAME/checkpoints/step_N 60 [configs/train/CONFIG.yaml]
+    python scripts/probe_labels.py runs/NAME/checkpoints/step_N 60 [configs/train/CONFIG.yaml [SPLIT]]
+
+SPLIT (default test) may be train, to look without choosing anything on the test split; its tasks come last
+first there (the end of the train split), which a short run has mostly not drawn.
 
 Every label's answer call is scored (not sampled) under the accuracy and the cost preference, as training scores
 it (the system message once, tasks in chunks of 8); printed per preference: accuracy and dollars of the most likely label, how often each label is the most likely (overall and
@@ -17,7 +20,7 @@ from pathlib import Path
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) not in (2, 3):
+    if len(argv) not in (2, 3, 4):
         print(__doc__.strip(), file=sys.stderr)
         return 2
     import torch
@@ -32,12 +35,14 @@ def main(argv: list[str]) -> int:
 
     checkpoint, count = Path(argv[0]), int(argv[1])
     config = load_train_config(Path(argv[2] if len(argv) > 2 else "configs/train/routerbench-counterfactual.yaml"))
-    config.data.split, config.trainer.torch_threads, config.model.init_checkpoint = "test", 1, None
+    split = argv[3] if len(argv) > 3 else "test"
+    config.data.split, config.trainer.torch_threads, config.model.init_checkpoint = split, 1, None
     trainer = Trainer(config, run_dir=Path("/tmp/probe_labels_run"))
     load_trainable(checkpoint, trainer.policy)
     trainer.policy.eval()
     learner = CounterfactualLearner(trainer)
-    tasks = trainer.tasks[:count]  # the test split's order mixes the three subsets
+    # the split's order mixes the three subsets; on train, the last tasks
+    tasks = trainer.tasks[:count] if split == "test" else trainer.tasks[-count:]
     preferences = {"accuracy": Preference(), "cost": Preference(accuracy=1.0, cost=1.0)}
     for name, preference in preferences.items():
         picks: collections.Counter[str] = collections.Counter()
