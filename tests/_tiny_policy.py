@@ -102,3 +102,13 @@ class FakeRoutingEnv(Env):
     def score(self, task: Task, trajectory: Trajectory) -> Score:
         answer = (trajectory.final_answer or "").strip()
         return Score(correct=answer == task.gold, details={"answer": answer})
+
+    # recorded outcomes, as a replay world has them (what train/outcome_model.py reads)
+    def models(self) -> list[str]:
+        return list(self.labels.values())
+
+    def record(self, task_id: str, model: str) -> Any:
+        from toolorchestra.envs.replay.base import Recorded
+
+        backend = self.pool.backend(model)
+        return Recorded(response=backend.answer, correct=backend.answer == "B")

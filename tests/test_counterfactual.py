@@ -266,3 +266,28 @@ def test_contrast_weight_adds_the_preference_deviation_term(tmp_path) -> None:
         trainer.config.algorithm.contrast_weight = weight
         losses.append(trainer.step()["actor/pg_loss"])
     assert losses[1] > losses[0]  # same weights and draws; only the (non-negative) deviation term grew
+
+
+def test_cross_entropy_loss_learns_the_best_label_from_outcome_model_targets(tmp_path) -> None:
+    """The shipped recipe's settings: outcome-model targets (expected rewards), distilled with cross-entropy."""
+    trainer = counterfactual_trainer(tmp_path / "run", loss="cross_entropy", algorithm={
+        "counterfactual_targets": "outcome_model", "norm_adv_by_std": "none", "counterfactual_score": "label",
+        "cost_floor": 0.1, "counterfactual_tau": 0.1})
+    history = trainer.fit(show_progress=False)
+    assert history[-1]["calls/model/good-cheap"] > history[0]["calls/model/good-cheap"] + 0.2
+    assert history[-1]["reward/mean"] > history[0]["reward/mean"]
+    outcome = next(iter(trainer._counterfactual._outcomes.values()))
+    assert outcome.targets is not None and len(outcome.targets) == len(outcome.labels)
+
+
+def test_cross_entropy_loss_is_minimal_at_the_tempered_advantage_policy() -> None:
+    advantages = torch.tensor([0.3, 0.0, -0.2])
+    target = torch.softmax(advantages / 0.1, -1)
+
+    def loss(log_q: torch.Tensor) -> torch.Tensor:
+        return -(target * log_q).sum()
+
+    at_target = torch.log(target).requires_grad_(True)
+    (gradient,) = torch.autograd.grad(loss(torch.log_softmax(at_target, -1)), at_target)
+    assert float(gradient.abs().max()) < 1e-6  # stationary at q = softmax(A / tau)
+    assert float(loss(torch.log_softmax(torch.zeros(3), -1))) > float(loss(torch.log(target)))

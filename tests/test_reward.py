@@ -9,7 +9,8 @@ import sys
 import pytest
 
 from toolorchestra.agent.preference import Preference
-from toolorchestra.reward import batch_advantages, group_advantages, group_rewards, reward_std, with_cost_floor
+from toolorchestra.reward import (batch_advantages, expected_group_rewards, group_advantages, group_rewards, reward_std,
+                                  with_cost_floor)
 
 
 def test_all_wrong_gives_zero_rewards_and_zero_advantages() -> None:
@@ -84,6 +85,28 @@ def test_advantages_are_clipped_and_std_modes() -> None:
     assert batch_advantages(groups, std="group")[1][0] == pytest.approx(0.1 / (reward_std([0.2, 0.0]) + 1e-6))
     with pytest.raises(ValueError):
         group_advantages([1.0], std="median")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("preference", [{"accuracy": 1.0}, {"accuracy": 1.0, "cost": 1.0},
+                                        {"accuracy": 1.0, "cost": 0.1, "latency": 0.5},
+                                        {"accuracy": 1.0, "calls:b": 1.0}, {"cost": 1.0}])
+def test_expected_group_rewards_equal_the_exact_enumeration(preference: dict[str, float]) -> None:
+    import itertools
+
+    features = [{"cost": 0.5, "latency": 2.0, "calls:a": 1.0}, {"cost": 0.1, "latency": 5.0, "calls:b": 1.0},
+                {"cost": 0.9, "latency": 1.0, "calls:c": 1.0}, {"cost": 0.1, "latency": 3.0, "calls:d": 1.0}]
+    p_correct = [0.9, 0.6, 0.3, 0.0]
+    exact = [0.0] * len(features)
+    for outcome in itertools.product([False, True], repeat=len(features)):
+        weight = math.prod(p if right else 1 - p for p, right in zip(p_correct, outcome))
+        rows = [{**row, "accuracy": float(right)} for row, right in zip(features, outcome)]
+        exact = [total + weight * reward for total, reward in zip(exact, group_rewards(rows, list(outcome), preference))]
+    assert expected_group_rewards(features, p_correct, preference) == pytest.approx(exact, abs=1e-12)
+    # certain outcomes give group_rewards itself
+    certain = [True, False, True, False]
+    rows = [{**row, "accuracy": float(right)} for row, right in zip(features, certain)]
+    assert expected_group_rewards(features, [float(c) for c in certain], preference) == pytest.approx(
+        group_rewards(rows, certain, preference))
 
 
 def test_mismatched_lengths_raise() -> None:

@@ -53,6 +53,32 @@ def group_rewards(
     return rewards
 
 
+def expected_group_rewards(
+    features: Sequence[Mapping[str, float]],
+    p_correct: Sequence[float],
+    preference: Mapping[str, float],
+) -> list[float]:
+    """E[group_rewards] of one group when rollout i is right with probability `p_correct[i]`, independently,
+    and every feature but `accuracy` is known (a replay world's cost, latency and calls of each label).
+
+    `accuracy` is the correctness itself, so after min-max normalization it is 1 for a right rollout unless
+    every rollout is right (then the column is flat and gives 0); every other feature's normalized value does
+    not depend on correctness (min and max run over all rollouts, wrong ones included). Hence
+
+        E[r_i] = p_i * d_i + P_accuracy * (p_i - prod_j p_j)
+
+    with d_i the reward rollout i gets from the other features when it is right (group_rewards itself,
+    every rollout marked right). An outcome model's probabilities turn recorded outcomes into these
+    low-variance expected rewards (train/outcome_model.py)."""
+    if len(features) != len(p_correct):
+        raise ValueError(f"features has {len(features)} rollouts but p_correct has {len(p_correct)}")
+    others = {name: weight for name, weight in preference.items() if name != "accuracy"}
+    fixed = group_rewards(features, [True] * len(features), others) if others else [0.0] * len(features)
+    all_right = math.prod(p_correct)
+    accuracy_weight = float(preference.get("accuracy", 0.0))
+    return [p * d + accuracy_weight * (p - all_right) for p, d in zip(p_correct, fixed)]
+
+
 def with_cost_floor(preference: Mapping[str, float], cost_floor: float) -> dict[str, float]:
     """The preference vector with its cost weight raised to at least `cost_floor` (a training knob).
 
@@ -123,4 +149,4 @@ def _clip(value: float) -> float:
     return max(-ADVANTAGE_CLIP, min(ADVANTAGE_CLIP, value))
 
 
-__all__ = ["batch_advantages", "group_advantages", "group_rewards", "reward_std", "with_cost_floor", "NEGATED_FEATURES"]
+__all__ = ["batch_advantages", "expected_group_rewards", "group_advantages", "group_rewards", "reward_std", "with_cost_floor", "NEGATED_FEATURES"]

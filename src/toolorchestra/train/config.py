@@ -95,10 +95,15 @@ class AlgorithmConfig(_Strict):
         "(train/counterfactual.py)")
     format_coef: float = Field(
         1.0, ge=0, description="counterfactual: weight of log p(some valid answer call), which teaches the format")
-    counterfactual_loss: Literal["expected", "regression"] = Field(
+    counterfactual_loss: Literal["expected", "regression", "cross_entropy"] = Field(
         "regression", description="counterfactual: 'expected' maximizes the exact expected advantage sum_l q_l A_l "
         "(its gradient vanishes once q collapses onto one label); 'regression' fits the label log-probs, centered "
-        "over the labels, to A / counterfactual_tau by least squares, whose optimum is q ∝ exp(E[A | prompt] / tau)")
+        "over the labels, to A / counterfactual_tau by least squares, whose optimum is q ∝ exp(E[A | prompt] / tau); "
+        "'cross_entropy' distills q onto softmax(A / counterfactual_tau) (same optimum, bounded gradient)")
+    counterfactual_targets: Literal["recorded", "outcome_model"] = Field(
+        "recorded", description="counterfactual: learn from each label's recorded reward on the question "
+        "('recorded'), or from its expected reward when each model is right with the probability an outcome model "
+        "fitted on the train split gives (train/outcome_model.py; costs and latencies stay the recorded ones)")
     contrast_weight: float = Field(
         1.0, ge=0, description="counterfactual regression with sampler.preference_contrast: weight of each "
         "preference's deviation from the task's mean regression error (1 = plain least squares)")

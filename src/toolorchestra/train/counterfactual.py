@@ -27,7 +27,7 @@ import asyncio
 import json
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from toolorchestra.agent.loop import _tool_step, current_task
@@ -37,9 +37,10 @@ from toolorchestra.agent.trajectory import Trajectory
 from toolorchestra.backends.base import ToolCall
 from toolorchestra.backends.toolcalls import render_tool_call
 from toolorchestra.envs.base import Env
-from toolorchestra.reward import batch_advantages, group_rewards, with_cost_floor
+from toolorchestra.reward import batch_advantages, expected_group_rewards, group_rewards, with_cost_floor
 from toolorchestra.tools.base import ToolContext
 from toolorchestra.tools.llm import AnswerTool
+from toolorchestra.train.outcome_model import SubtaskOutcomeModel
 from toolorchestra.train.prefix import SharedPrefix, common_prefix_length
 from toolorchestra.train.sampler import PromptDraw
 
@@ -59,6 +60,14 @@ class LabelOutcomes:
     latency: list[float]
     rewards: list[float]
     errors: list[str]
+    features: list[dict[str, float]] = field(default_factory=list)
+    targets: list[float] | None = None  # what the policy learns from; None: the recorded `rewards`
+
+    @property
+    def learning_targets(self) -> list[float]:
+        """The rewards the step's advantages are computed from: an outcome model's expected rewards when
+        algorithm.counterfactual_targets says so, else the recorded ones."""
+        return self.rewards if self.targets is None else self.targets
 
     def call(self, index: int) -> ToolCall:
         return ToolCall(id="call_0", name=self.tool, arguments={"model": self.labels[index]})
@@ -92,7 +101,7 @@ async def label_outcomes(env: Env, draw: PromptDraw, cost_floor: float = 0.0) ->
     finally:
         current_task.reset(token)
     rewards = group_rewards(features, correct, with_cost_floor(draw.preference.weights(), cost_floor))
-    return LabelOutcomes(answer.name, labels, models, correct, cost, latency, rewards, errors)
+    return LabelOutcomes(answer.name, labels, models, correct, cost, latency, rewards, errors, features)
 
 
 class CounterfactualLearner:
@@ -102,14 +111,22 @@ class CounterfactualLearner:
         self.trainer = trainer
         self._outcomes: dict[str, LabelOutcomes | None] = {}
         self._loop = asyncio.new_event_loop()
+        self._outcome_model: SubtaskOutcomeModel | None = None
+        if trainer.config.algorithm.counterfactual_targets == "outcome_model":
+            self._outcome_model = SubtaskOutcomeModel(trainer.env, trainer.tasks)
 
     def outcomes(self, draw: PromptDraw) -> LabelOutcomes | None:
         key = json.dumps([draw.task.id, [tool.name for tool in draw.tools], draw.price_factors,
                           draw.preference.weights(),
                           [list(getattr(tool, "labels", {}).items()) for tool in draw.tools]], sort_keys=True)
         if key not in self._outcomes:
-            self._outcomes[key] = self._loop.run_until_complete(
+            outcome = self._loop.run_until_complete(
                 label_outcomes(self.trainer.env, draw, self.trainer.config.algorithm.cost_floor))
+            if outcome is not None and self._outcome_model is not None:
+                p_correct = self._outcome_model.probabilities(draw.task, outcome.models)
+                weights = with_cost_floor(draw.preference.weights(), self.trainer.config.algorithm.cost_floor)
+                outcome.targets = expected_group_rewards(outcome.features, p_correct, weights)
+            self._outcomes[key] = outcome
         return self._outcomes[key]
 
     def prompt_ids(self, draw: PromptDraw) -> list[int]:
@@ -168,7 +185,8 @@ class CounterfactualLearner:
         # the stems are scored as prompt tails, so no shared prefix may reach into them
         limits = [len(prompt) - len(stem) for prompt, stem in zip(prompts, stems)]
         # advantages over each prompt's counterfactual group of labels, scaled as algorithm.norm_adv_by_std says
-        step_advantages = batch_advantages([outcome.rewards for _, outcome in usable], algorithm.norm_adv_by_std)
+        step_advantages = batch_advantages([outcome.learning_targets for _, outcome in usable],
+                                           algorithm.norm_adv_by_std)
         for shared, local, indices in self._chunks(prompts, [draw.task.id for draw, _ in usable], limits):
             scores = shared.score(local, [calls[i] for i in indices], config.rollout.temperature,
                                   prompt_tails=[len(stems[i]) for i in indices])
@@ -184,8 +202,15 @@ class CounterfactualLearner:
                 log_valid = stem_logp + torch.logsumexp(label_logp, -1)
                 # a flat group (every label equally good, e.g. all right under the accuracy preference) has
                 # nothing to teach about routing; regressing it to A = 0 would only pull q toward uniform
-                flat = max(outcome.rewards) == min(outcome.rewards)
-                if algorithm.counterfactual_loss == "regression":
+                flat = max(outcome.learning_targets) == min(outcome.learning_targets)
+                if algorithm.counterfactual_loss == "cross_entropy":
+                    # distillation onto the target policy exp(A / tau) itself: the gradient q - target is
+                    # bounded and vanishes for labels the target gives no mass, so the fit spends itself on
+                    # the order of the good labels (what greedy decoding reads) rather than on how unlikely
+                    # the bad ones are
+                    target = torch.softmax(advantages / algorithm.counterfactual_tau, -1)
+                    route_loss = torch.zeros((), device=label_logp.device) if flat else -(target * log_q).sum()
+                elif algorithm.counterfactual_loss == "regression":
                     error = _regression_error(label_logp, advantages, algorithm.counterfactual_tau)
                     errors_of_chunk.append(error)  # flat groups still count in the preference contrast
                     route_loss = torch.zeros((), device=label_logp.device) if flat else (error ** 2).mean()
