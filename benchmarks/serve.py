@@ -1,0 +1,207 @@
+"""Throughput of `toolorchestra serve` under a burst of concurrent requests.
+
+A server on 127.0.0.1 (its own process, as in real use) serves a pool whose one model is a benchmark
+stand-in backend that sleeps 100 ms per call. The official `openai.AsyncOpenAI` client sends 200 chat
+requests at once, over the SDK's own httpx client class (`openai.DefaultAsyncHttpxClient`; openai 3.x
+is built on `httpx2`) allowed 256 connections.
+
+- ideal wall time: 100 ms x ceil(200 / max_concurrency); with --max-concurrency 256 all 200 fit in one
+  slot-round, so the ideal is 0.100 s;
+- baseline in the same run: the same 200 backend calls awaited directly with asyncio.gather under the
+  same concurrency bound (no HTTP, no server) — the floor any asyncio harness pays.
+
+Each figure is the median of --rounds bursts, after one warm-up burst (which opens the connections and
+imports whatever is imported lazily); the cold first burst is printed too. Goal: served <= 1.2x ideal.
+The CPU seconds the client process and the server process spent per request are printed beside it, as
+they say where the wall time beyond the ideal goes. To tell the server's share from the SDK's, the same
+bursts are also sent by a minimal client (pre-built HTTP/1.1 requests over 200 open asyncio
+connections, next to no client CPU): that wall time is what the server alone costs.
+
+Run: .venv/bin/python benchmarks/serve.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from toolorchestra.backends.base import Backend, Completion, Usage
+
+MODEL = "sleep-100ms"
+LATENCY_S = 0.100
+
+
+class SleepBackendStandIn(Backend):
+    """Benchmark stand-in for a model: answers after `latency_s` of asyncio sleep, using no CPU."""
+
+    name = MODEL
+
+    def __init__(self, latency_s: float = LATENCY_S) -> None:
+        self.latency_s = latency_s
+
+    async def complete(self, messages: list[dict[str, Any]], tools=None, **_: Any) -> Completion:
+        await asyncio.sleep(self.latency_s)
+        return Completion(text="ok", usage=Usage(prompt_tokens=10, completion_tokens=1), latency_s=self.latency_s)
+
+
+def run_server(max_concurrency: int) -> None:
+    """Child process: serve the stand-in on a free port and print `PORT <n>` once listening."""
+    from toolorchestra.backends.pool import ModelPool
+    from toolorchestra.catalog.schema import ModelSpec
+    from toolorchestra.serve.app import build_app
+    from toolorchestra.serve.models import ServedModels
+    from toolorchestra.serve.server import listen_socket, uvicorn_server
+
+    spec = ModelSpec(name=MODEL, backend={"type": "replay", "world": "benchmark", "model": MODEL})
+    served = ServedModels(ModelPool([spec], {MODEL: SleepBackendStandIn()}), max_concurrency)
+    sock = listen_socket("127.0.0.1", 0)
+    print(f"PORT {sock.getsockname()[1]}", flush=True)
+    uvicorn_server(build_app(served), log_level="warning", access_log=False).run(sockets=[sock])
+
+
+@dataclass
+class Burst:
+    wall_s: float
+    client_cpu_s: float
+    server_cpu_s: float | None
+
+
+def process_cpu_s(pid: int) -> float | None:
+    """User + system CPU seconds of process `pid` so far (Linux /proc; None elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
+async def served_burst(client: Any, requests: int, server_pid: int) -> Burst:
+    server_cpu, client_cpu, started = process_cpu_s(server_pid), time.process_time(), time.perf_counter()
+    responses = await asyncio.gather(*(
+        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": f"request {index}"}])
+        for index in range(requests)))
+    wall = time.perf_counter() - started
+    client_cpu = time.process_time() - client_cpu
+    server_cpu_after = process_cpu_s(server_pid)
+    assert all(response.choices[0].message.content == "ok" for response in responses)
+    server_used = None if server_cpu is None or server_cpu_after is None else server_cpu_after - server_cpu
+    return Burst(wall, client_cpu, server_used)
+
+
+async def served_bursts(base_url: str, requests: int, rounds: int, server_pid: int) -> list[Burst]:
+    """Each burst: the cold first one, then `rounds` more on warm connections."""
+    import httpx2  # the HTTP library of openai 3.x (`DefaultAsyncHttpxClient` is an httpx2.AsyncClient)
+    import openai
+
+    limits = httpx2.Limits(max_connections=256, max_keepalive_connections=256)
+    async with openai.DefaultAsyncHttpxClient(limits=limits, timeout=60) as http:
+        client = openai.AsyncOpenAI(base_url=base_url, api_key="x", max_retries=0, http_client=http)
+        return [await served_burst(client, requests, server_pid) for _ in range(rounds + 1)]
+
+
+async def direct_wall(requests: int, max_concurrency: int) -> float:
+    """Baseline: the same backend calls awaited together in this process, under the server's bound."""
+    backend, slots = SleepBackendStandIn(), asyncio.Semaphore(max_concurrency)
+
+    async def bounded_call(index: int) -> Completion:
+        async with slots:
+            return await backend.complete([{"role": "user", "content": str(index)}])
+
+    started = time.perf_counter()
+    await asyncio.gather(*(bounded_call(index) for index in range(requests)))
+    return time.perf_counter() - started
+
+
+async def one_raw_request(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: bytes) -> str:
+    writer.write(request)
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:"))
+    return json.loads(await reader.readexactly(length))["choices"][0]["message"]["content"]
+
+
+async def raw_client_walls(port: int, requests: int, rounds: int) -> list[float]:
+    """Bursts from the minimal client over `requests` keep-alive connections opened beforehand."""
+    body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "request"}]}).encode()
+    request = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+               b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    connections = [await asyncio.open_connection("127.0.0.1", port) for _ in range(requests)]
+    walls = []
+    for _ in range(rounds + 1):
+        started = time.perf_counter()
+        answers = await asyncio.gather(*(one_raw_request(reader, writer, request) for reader, writer in connections))
+        walls.append(time.perf_counter() - started)
+        assert answers == ["ok"] * requests
+    for _, writer in connections:
+        writer.close()
+    return walls
+
+
+def start_server_process(max_concurrency: int) -> tuple[subprocess.Popen, str]:
+    process = subprocess.Popen([sys.executable, __file__, "--serve", "--max-concurrency", str(max_concurrency)],
+                               stdout=subprocess.PIPE, text=True)
+    line = process.stdout.readline() if process.stdout else ""
+    if not line.startswith("PORT "):
+        process.kill()
+        raise SystemExit(f"benchmark server did not start (printed {line!r})")
+    return process, int(line.split()[1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument("--max-concurrency", type=int, default=256)
+    parser.add_argument("--rounds", type=int, default=5, help="measured bursts after the warm-up one")
+    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)  # the child process
+    args = parser.parse_args()
+    if args.serve:
+        run_server(args.max_concurrency)
+        return
+
+    ideal = LATENCY_S * math.ceil(args.requests / args.max_concurrency)
+    process, port = start_server_process(args.max_concurrency)
+    try:
+        bursts = asyncio.run(served_bursts(f"http://127.0.0.1:{port}/v1", args.requests, args.rounds, process.pid))
+        raw_walls = asyncio.run(raw_client_walls(port, args.requests, args.rounds))
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+    baseline = statistics.median(asyncio.run(direct_wall(args.requests, args.max_concurrency)) for _ in range(args.rounds))
+    cold, warm_bursts = bursts[0], bursts[1:]
+    warm = statistics.median(burst.wall_s for burst in warm_bursts)
+    client_ms = 1e3 * statistics.median(burst.client_cpu_s for burst in warm_bursts) / args.requests
+    server_cpu = [burst.server_cpu_s for burst in warm_bursts if burst.server_cpu_s is not None]
+    server_ms = 1e3 * statistics.median(server_cpu) / args.requests if server_cpu else None
+    raw = statistics.median(raw_walls[1:])
+    figures = {
+        "requests": args.requests, "max_concurrency": args.max_concurrency, "ideal_s": round(ideal, 3),
+        "served_wall_s": round(warm, 3), "served_over_ideal": round(warm / ideal, 3),
+        "served_cold_wall_s": round(cold.wall_s, 3), "served_cold_over_ideal": round(cold.wall_s / ideal, 3),
+        "served_walls_s": [round(burst.wall_s, 3) for burst in warm_bursts],
+        "client_cpu_ms_per_request": round(client_ms, 3),
+        "server_cpu_ms_per_request": None if server_ms is None else round(server_ms, 3),
+        "minimal_client_wall_s": round(raw, 3), "minimal_client_over_ideal": round(raw / ideal, 3),
+        "direct_wall_s": round(baseline, 3), "direct_over_ideal": round(baseline / ideal, 3),
+    }
+    server_text = "n/a" if server_ms is None else f"{server_ms:.2f} ms"
+    print(f"served: {args.requests} concurrent chat requests at 100 ms/call, max-concurrency {args.max_concurrency}: "
+          f"wall {warm:.3f} s (median of {args.rounds}), ideal {ideal:.3f} s, ratio {warm / ideal:.2f}; goal <= 1.2 "
+          f"(first, cold burst: {cold.wall_s:.3f} s, ratio {cold.wall_s / ideal:.2f})")
+    print(f"  CPU per request: client (openai SDK) {client_ms:.2f} ms, server {server_text}")
+    print(f"same server, minimal raw-socket client: wall {raw:.3f} s, ratio {raw / ideal:.2f}")
+    print(f"baseline: the same {args.requests} backend calls via asyncio.gather, no HTTP: wall {baseline:.3f} s, "
+          f"ratio {baseline / ideal:.2f}")
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()
