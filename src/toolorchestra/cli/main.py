@@ -16,7 +16,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-COMMAND_MODULES = ("run_cmd", "eval_cmd", "report_cmd", "export_cmd", "train_cmd", "serve_cmd")
+COMMAND_MODULES = ("run_cmd", "eval_cmd", "report_cmd", "export_cmd", "train_cmd", "serve_cmd", "tau2_cmd")
 
 
 @app.callback()
