@@ -362,3 +362,65 @@ def test_cli_reports_a_bad_tau2_env_in_one_line(tmp_path):
     assert result.returncode == 2
     assert result.stderr.strip() == ("error: --env tau2:nope: unknown tau2 domain; valid: tau2:airline, "
                                      "tau2:retail, tau2:telecom")
+
+
+# ---- offline end to end with the embedded SmolLM2 -------------------------------------------------------
+
+SMOLLM2_POOL = """\
+orchestrator: smollm2-135m
+models:
+  - name: smollm2-135m
+    backend: {type: local, path: smollm2-135m}
+    price: {input_per_m: 0.0, output_per_m: 0.0}
+tools:
+  - name: call_expert
+    type: llm
+    models: {expert-1: smollm2-135m, expert-2: smollm2-135m, expert-3: smollm2-135m}
+"""
+# Caps that keep one airline simulation to a few SmolLM2 calls (each reads a ~5.5k-token prompt: the policy and
+# the 14 airline tool schemas): 3 tau2 steps are the user's first turn, one agent message (at most 2
+# orchestrator calls, so at most one expert consultation) and one more user turn or tool result.
+SMOLLM2_ARGS = ("--task-ids", "0", "--num-trials", "1", "--max-steps", "3", "--max-turns", "2", "--max-tokens", "48",
+                "--user-max-tokens", "32", "--user-model", "smollm2-135m", "--concurrency", "1")
+
+
+@pytest.mark.slow
+def test_offline_airline_episode_with_smollm2_behind_serve(tmp_path):
+    pool = tmp_path / "smollm2-pool.yaml"
+    pool.write_text(SMOLLM2_POOL)
+    out = tmp_path / "out"
+    started = time.perf_counter()
+    result = cli("eval", "--env", "tau2:airline", "--config", str(pool), *SMOLLM2_ARGS, "--out", str(out),
+                 timeout=900)
+    wall_s = time.perf_counter() - started
+    assert result.returncode == 0, result.stderr[-3000:]
+    print(f"offline airline episode: {wall_s:.0f} s")  # measured figures for docs/tau2.md (pytest -s)
+
+    results = Results.load(out / RESULTS)  # produced by tau2, in its own format
+    assert len(results.simulations) == 1
+    simulation = results.simulations[0]
+    assert simulation.task_id == "0"
+    assert simulation.termination_reason.value in ("max_steps", "user_stop", "agent_stop", "too_many_errors")
+    assert simulation.reward_info is not None  # tau2's evaluator scored it
+    assert [m.role for m in simulation.messages][:2] == ["assistant", "user"]
+    assert any(m.role == "assistant" and m.turn_idx and m.turn_idx >= 2 for m in simulation.messages)
+
+    rescored = rescore_file(out / RESULTS)
+    assert rescored.agree_count == 1 and rescored.scores[0].ours == simulation.reward_info.reward
+
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert set(metrics["pass_hat_k"]) == {"1"} and metrics["mean_reward"] == simulation.reward_info.reward
+    groups = metrics["cost"]
+    assert groups["orchestrator"]["calls"] >= 1 and groups["orchestrator"]["prompt_tokens"] > 1000
+    assert groups["user_simulator"]["calls"] >= 1 and groups["user_simulator"]["completion_tokens"] > 0
+    assert "experts" in groups
+    print(json.dumps({"reward": metrics["mean_reward"], "termination": metrics["termination_reasons"],
+                      **{group: {key: groups[group][key] for key in ("calls", "prompt_tokens", "completion_tokens",
+                                                                     "cost_usd", "latency_s")}
+                         for group in ("orchestrator", "experts", "user_simulator")}}))
+
+
+def test_cli_still_needs_a_policy_for_replay_envs(tmp_path):
+    result = cli("eval", "--env", "replay:routerbench", "--out", str(tmp_path / "o"))
+    assert result.returncode == 2
+    assert result.stderr.strip() == "error: --policy is required for --env replay:routerbench"

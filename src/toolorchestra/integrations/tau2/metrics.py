@@ -37,7 +37,8 @@ def group_totals(steps: Iterable[Step]) -> dict[str, Any]:
     steps = list(steps)
     return {"calls": len(steps), "prompt_tokens": sum(step.prompt_tokens for step in steps),
             "completion_tokens": sum(step.completion_tokens for step in steps),
-            "cost_usd": sum(step.cost_usd for step in steps), "latency_s": sum(step.latency_s for step in steps)}
+            "cost_usd": float(sum(step.cost_usd for step in steps)),
+            "latency_s": float(sum(step.latency_s for step in steps))}
 
 
 def user_totals(trajectories: Sequence[Trajectory]) -> dict[str, Any]:
