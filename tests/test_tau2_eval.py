@@ -209,8 +209,21 @@ def test_agent_consults_the_expert_then_calls_the_tool_then_speaks(backend_type)
     second, state = agent.generate_next_message(result, state)
     assert second.tool_calls is None and second.content.startswith("Found your profile")
     assert agent.steps[3].output == '{"name": "Emma Kim"}'  # the domain step got the environment's answer
+    assert agent.steps[3].error is None
     assert [m["role"] for m in state.conversation] == ["assistant", "user", "assistant", "tool", "assistant"]
     assert len(state.context) == len(state.conversation) + 2  # plus the expert call and its result
+
+
+def test_a_failed_domain_call_is_recorded_as_the_steps_error():
+    catalog = fake_catalog()
+    pool, *_ = fake_pool(catalog)
+    agent = airline_agent(catalog, pool)
+    state = agent.get_init_state([])
+    first, state = agent.generate_next_message(UserMessage(role="user", content="Hi"), state)
+    failure = ToolMessage(id=first.tool_calls[0].id, role="tool", content="Error: User not found", error=True)
+    agent.generate_next_message(MultiToolMessage(role="tool", tool_messages=[failure]), state)
+    domain_step = next(step for step in agent.steps if step.name == "get_user_details")
+    assert domain_step.output == domain_step.error == "Error: User not found"
 
 
 def test_agent_gives_up_after_max_turns_with_a_message():
@@ -232,6 +245,21 @@ def test_agent_gives_up_after_max_turns_with_a_message():
     # Reused call ids are renamed: tau2 pairs results with calls by id.
     ids = [call["id"] for m in state.context if m.get("tool_calls") for call in m["tool_calls"]]
     assert len(ids) == len(set(ids)) == 2
+
+
+def test_tau2_tool_schemas_lose_their_refs_in_the_guided_call_schema():
+    """tau2's pydantic schemas keep nested models under $defs; nested in the call schema, `#/$defs/...` would
+    point at its root and xgrammar would refuse to compile (the local backend's guided calls)."""
+    from toolorchestra.backends.guided import call_schema, inline_local_refs
+
+    tools = [tool.openai_schema for tool in registry.get_env_constructor("airline")().get_tools()]
+    book = next(tool for tool in tools if tool["function"]["name"] == "book_reservation")
+    inlined = inline_local_refs(book["function"]["parameters"])
+    text = json.dumps(call_schema(tools))
+    assert "$ref" not in text and "$defs" not in text
+    passenger = inlined["properties"]["passengers"]["items"]["anyOf"][0]
+    assert passenger["required"] == ["first_name", "last_name", "dob"]
+    assert "$defs" in book["function"]["parameters"]  # the tool's own schema is left as it was
 
 
 def test_pass_hat_k_is_the_unbiased_estimator_averaged_over_tasks():
@@ -279,6 +307,8 @@ def test_pipeline_writes_tau2_results_trajectories_and_metrics(fake_run):
     # Tasks 0 and 1 need no DB change and nothing communicated: looking the user up and stopping scores 1.
     assert metrics["mean_reward"] == 1.0 and metrics["pass_hat_k"] == {"1": 1.0, "2": 1.0}
     assert compute_metrics(results).pass_hat_ks == {1: 1.0, 2: 1.0}  # tau2's own computation agrees
+    assert metrics["leaderboard_results"] == {"airline": {"pass_1": 100.0, "pass_2": 100.0, "pass_3": None,
+                                                          "pass_4": None}}
     assert fake_run["user"].calls == 8  # twice per simulation, through litellm and serve
 
 
@@ -366,17 +396,7 @@ def test_cli_reports_a_bad_tau2_env_in_one_line(tmp_path):
 
 # ---- offline end to end with the embedded SmolLM2 -------------------------------------------------------
 
-SMOLLM2_POOL = """\
-orchestrator: smollm2-135m
-models:
-  - name: smollm2-135m
-    backend: {type: local, path: smollm2-135m}
-    price: {input_per_m: 0.0, output_per_m: 0.0}
-tools:
-  - name: call_expert
-    type: llm
-    models: {expert-1: smollm2-135m, expert-2: smollm2-135m, expert-3: smollm2-135m}
-"""
+SMOLLM2_POOL = Path(__file__).resolve().parents[1] / "configs" / "pools" / "tau2-smollm2.yaml"
 # Caps that keep one airline simulation to a few SmolLM2 calls (each reads a ~5.5k-token prompt: the policy and
 # the 14 airline tool schemas): 3 tau2 steps are the user's first turn, one agent message (at most 2
 # orchestrator calls, so at most one expert consultation) and one more user turn or tool result.
@@ -386,11 +406,9 @@ SMOLLM2_ARGS = ("--task-ids", "0", "--num-trials", "1", "--max-steps", "3", "--m
 
 @pytest.mark.slow
 def test_offline_airline_episode_with_smollm2_behind_serve(tmp_path):
-    pool = tmp_path / "smollm2-pool.yaml"
-    pool.write_text(SMOLLM2_POOL)
     out = tmp_path / "out"
     started = time.perf_counter()
-    result = cli("eval", "--env", "tau2:airline", "--config", str(pool), *SMOLLM2_ARGS, "--out", str(out),
+    result = cli("eval", "--env", "tau2:airline", "--config", str(SMOLLM2_POOL), *SMOLLM2_ARGS, "--out", str(out),
                  timeout=900)
     wall_s = time.perf_counter() - started
     assert result.returncode == 0, result.stderr[-3000:]

@@ -230,7 +230,8 @@ class OrchestratorAgent(LocalAgent[OrchestratorAgentState]):
         self.expert = CallExpertTool(settings.experts, pool, domain_policy, self.domain_tools,
                                      max_tokens=settings.max_tokens, temperature=settings.temperature)
         self.offers_respond = not writes_text_with_tools(pool.spec(settings.model))
-        self.offered = [*self.domain_tools, self.expert.schema(), *([respond_schema()] if self.offers_respond else [])]
+        # Its own tools first, then the domain's (in tau2's order).
+        self.offered = [self.expert.schema(), *([respond_schema()] if self.offers_respond else []), *self.domain_tools]
         self.system = self._system_prompt(task_id)
         self.steps: list[Step] = []
         self.latency_s = 0.0
@@ -266,7 +267,7 @@ class OrchestratorAgent(LocalAgent[OrchestratorAgentState]):
     def generate_next_message(self, message: ValidAgentInputMessage,
                               state: OrchestratorAgentState) -> tuple[AssistantMessage, OrchestratorAgentState]:
         incoming = openai_messages(message)
-        self._note_tool_results(incoming)
+        self._note_tool_results(message)
         state.conversation.extend(incoming)
         state.context.extend(incoming)
         decision = self.run_coroutine(self.decide(state))
@@ -380,12 +381,14 @@ class OrchestratorAgent(LocalAgent[OrchestratorAgentState]):
         self._used_call_ids.add(call_id)
         return call if call_id == call.id else call.model_copy(update={"id": call_id})
 
-    def _note_tool_results(self, incoming: list[Message]) -> None:
+    def _note_tool_results(self, message: Any) -> None:
         """Copy the environment's answers into the domain tool steps that asked for them (for the trajectory)."""
-        for message in incoming:
-            step = self._awaiting.pop(message.get("tool_call_id") or "", None)
+        answers = message.tool_messages if isinstance(message, MultiToolMessage) else [message]
+        for answer in answers:
+            step = self._awaiting.pop(answer.id, None) if isinstance(answer, ToolMessage) else None
             if step is not None:
-                step.output = message["content"]
+                step.output = answer.content or ""
+                step.error = step.output if answer.error else None
 
 
 def _message_for_user(completion: Completion) -> str:

@@ -491,6 +491,16 @@ def _info(setup: Setup, request: Tau2EvalRequest, settings: Any) -> "Info":
                     seed=request.seed_value)
 
 
+LEADERBOARD_KS = (1, 2, 3, 4)  # the pass_k fields of a tau2-bench leaderboard submission.json
+
+
+def leaderboard_results(domain: str, pass_hat_k: dict[str, float]) -> dict[str, dict[str, Optional[float]]]:
+    """pass^k in the shape of a leaderboard submission.json's `results` entry: percentages, null for a k the
+    run's trials do not reach."""
+    return {domain: {f"pass_{k}": round(100 * pass_hat_k[str(k)], 2) if str(k) in pass_hat_k else None
+                     for k in LEADERBOARD_KS}}
+
+
 def _write_metrics(request: Tau2EvalRequest, manifest: dict[str, Any], output: Tau2Output, tasks: list["Task"],
                    wall_s: float) -> dict[str, Any]:
     wanted = {task.id for task in tasks}
@@ -499,6 +509,7 @@ def _write_metrics(request: Tau2EvalRequest, manifest: dict[str, Any], output: T
     metrics = {**manifest, "policy": f"orchestrator:{manifest['orchestrator']}",
                "domain": request.domain, "tau2_version": require_tau2(), "results_file": RESULTS,
                "wall_s_this_run": wall_s, **summarize_tau2(trajectories)}
+    metrics["leaderboard_results"] = leaderboard_results(request.domain, metrics["pass_hat_k"])
     (request.out / METRICS).write_text(json.dumps(metrics, indent=2) + "\n")
     if trajectories and metrics["errors"] == len(trajectories):
         listed = "; ".join(f"({index}) {error}" for index, error in enumerate(metrics["first_errors"], 1))
