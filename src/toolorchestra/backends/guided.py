@@ -213,7 +213,7 @@ def call_schema(tools: list[dict[str, Any]]) -> dict[str, Any]:
     """JSON schema of one call object: {"name": <a tool name>, "arguments": <that tool's arguments>}."""
     alternatives = []
     for tool in tools:
-        arguments = copy.deepcopy(_parameters(tool))
+        arguments = inline_local_refs(_parameters(tool))
         if arguments.get("type", "object") == "object":
             arguments.setdefault("additionalProperties", False)
         alternatives.append({
@@ -223,6 +223,42 @@ def call_schema(tools: list[dict[str, Any]]) -> dict[str, Any]:
             "additionalProperties": False,
         })
     return alternatives[0] if len(alternatives) == 1 else {"anyOf": alternatives}
+
+
+MAX_REF_DEPTH = 16  # deeper nesting of references is taken for a recursive schema and left unresolved
+
+
+def inline_local_refs(parameters: dict[str, Any]) -> dict[str, Any]:
+    """A copy of `parameters` with every local reference (`{"$ref": "#/$defs/Name"}`, also `#/definitions/`)
+    replaced by the definition it names, and the definitions dropped.
+
+    Pydantic-generated schemas (tau2-bench's tools, for one) keep nested models under `$defs`; once the
+    arguments are nested inside the call schema, `#/$defs/...` would point at the call schema's root, which
+    has none, and xgrammar refuses to compile. A recursive definition is cut at MAX_REF_DEPTH levels (its
+    reference left in place, which xgrammar then rejects as it did before)."""
+    definitions = {**(parameters.get("definitions") or {}), **(parameters.get("$defs") or {})}
+
+    def resolve(node: Any, depth: int) -> Any:
+        if isinstance(node, list):
+            return [resolve(item, depth) for item in node]
+        if not isinstance(node, dict):
+            return node
+        reference = node.get("$ref")
+        if isinstance(reference, str) and depth < MAX_REF_DEPTH:
+            name = _local_definition(reference)
+            if name in definitions:
+                siblings = {key: value for key, value in node.items() if key != "$ref"}
+                return {**resolve(definitions[name], depth + 1), **resolve(siblings, depth)}
+        return {key: resolve(value, depth) for key, value in node.items() if key not in ("$defs", "definitions")}
+
+    return resolve(copy.deepcopy(parameters), 0)
+
+
+def _local_definition(reference: str) -> str | None:
+    for prefix in ("#/$defs/", "#/definitions/"):
+        if reference.startswith(prefix):
+            return reference[len(prefix):]
+    return None
 
 
 def tool_call_format(tools: list[dict[str, Any]], budget: CallBudget) -> dict[str, Any]:

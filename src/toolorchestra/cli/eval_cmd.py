@@ -1,11 +1,19 @@
-"""`toolorchestra eval`: run a policy over an environment's tasks and write trajectories and metrics."""
+"""`toolorchestra eval`: run a policy over an environment's tasks and write trajectories and metrics.
+
+`--env tau2:DOMAIN` runs tau2-bench with the pool's orchestrator as the agent instead
+(toolorchestra.integrations.tau2.run); the tau2-only options are grouped at the end."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from toolorchestra.agent.trajectory import Trajectory
 
 
 def register(app: typer.Typer) -> None:
@@ -13,22 +21,28 @@ def register(app: typer.Typer) -> None:
 
 
 def eval_command(
-    env: str = typer.Option(..., "--env", help="Environment: replay:routerbench | replay:frames."),
-    policy: str = typer.Option(..., "--policy", help="single:MODEL | random | cheapest | per-subtask | "
-                               "cascade[:LAMBDA] | router[:THRESHOLD] (no threshold: sweep) | oracle | orchestrator:MODEL"),
-    out: Path = typer.Option(..., "--out", help="Output dir for run.json, trajectories.jsonl, metrics.json; "
-                             "rerunning into it resumes."),
-    split: str = typer.Option("test", "--split", help="train | test."),
+    env: str = typer.Option(..., "--env", help="Environment: replay:routerbench | replay:frames | "
+                            "tau2:airline | tau2:retail | tau2:telecom."),
+    policy: Optional[str] = typer.Option(None, "--policy", help="single:MODEL | random | cheapest | per-subtask | "
+                                         "cascade[:LAMBDA] | router[:THRESHOLD] (no threshold: sweep) | oracle | "
+                                         "orchestrator:MODEL. Required, except on tau2 (default: the pool's "
+                                         "orchestrator)."),
+    out: Path = typer.Option(..., "--out", help="Output dir for run.json, trajectories.jsonl, metrics.json (tau2: "
+                             "also tau2_results.json); rerunning into it resumes."),
+    split: Optional[str] = typer.Option(None, "--split", help="replay: train | test (default test). tau2: a tau2 "
+                                        "task split (default base, the leaderboard's)."),
     limit: Optional[int] = typer.Option(None, "--limit", help="Only the first N tasks (a fixed mixed order)."),
-    concurrency: int = typer.Option(8, "--concurrency", help="Episodes in flight at once."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the random policy and of fitted baselines."),
+    concurrency: int = typer.Option(8, "--concurrency", help="Episodes in flight at once (tau2: simulations)."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Seed of the random policy and of fitted baselines "
+                                       "(default 0); tau2: of the trials (default 300, tau2's)."),
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Shared data dir. Default: $TOOLORCHESTRA_DATA "
                                             "or ../shared/data."),
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="Catalog YAML whose models orchestrator:MODEL "
                                           "may name (e.g. an OpenAI-compatible server)."),
     prefer: Optional[str] = typer.Option(None, "--prefer", help="Orchestrator preference: accuracy | cost | latency | "
                                          "KEY=WEIGHT,..."),
-    max_turns: int = typer.Option(4, "--max-turns", min=1, help="Orchestrator turn cap per episode."),
+    max_turns: int = typer.Option(4, "--max-turns", min=1, help="Orchestrator turn cap per episode (tau2: model "
+                                  "calls per agent message)."),
     max_tokens: int = typer.Option(256, "--max-tokens", min=1, help="Orchestrator tokens per turn."),
     tools: Optional[str] = typer.Option(None, "--tools", help="Comma-separated tools offered to the orchestrator "
                                         "(default: all the env offers, e.g. expert,answer)."),
@@ -37,17 +51,87 @@ def eval_command(
     delay: float = typer.Option(0.0, "--delay", min=0.0, hidden=True,
                                 help="Sleep this many seconds before each episode (tests kill a run mid-way)."),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
+    task_ids: Optional[str] = typer.Option(None, "--task-ids", help="tau2: comma-separated task ids (any split)."),
+    num_trials: int = typer.Option(1, "--num-trials", help="tau2: trials per task (pass^k for k = 1..K)."),
+    max_steps: int = typer.Option(200, "--max-steps", help="tau2: simulation step cap (tau2's max_steps)."),
+    max_errors: int = typer.Option(10, "--max-errors", help="tau2: tool-error cap per simulation."),
+    user_model: Optional[str] = typer.Option(None, "--user-model", help="tau2: the user simulator, a model of the "
+                                             "pool (default: the model behind the first expert label)."),
+    user_base_url: Optional[str] = typer.Option(None, "--user-base-url", help="tau2: OpenAI-compatible base URL "
+                                                "serving --user-model under its pool name (e.g. a `toolorchestra "
+                                                "serve`); default: serve the pool in-process on 127.0.0.1."),
+    user_max_tokens: Optional[int] = typer.Option(None, "--user-max-tokens", help="tau2: max tokens per user "
+                                                  "simulator turn (default: the server's)."),
 ) -> None:
     """Evaluate POLICY on ENV: every episode's trajectory is saved as it ends, then metrics are written."""
-    from toolorchestra.bench.eval import EvalRequest, run_eval
+    from toolorchestra.integrations.tau2.run import is_tau2_env
 
-    request = EvalRequest(env=env, policy=policy, out=out, split=split, limit=limit, concurrency=concurrency,
-                          seed=seed, data_dir=data_dir, config=config, prefer=prefer, max_turns=max_turns,
+    if is_tau2_env(env):
+        _eval_tau2(env=env, policy=policy, out=out, split=split, limit=limit, concurrency=concurrency, seed=seed,
+                   config=config, prefer=prefer, max_turns=max_turns, max_tokens=max_tokens, task_ids=task_ids,
+                   num_trials=num_trials, max_steps=max_steps, max_errors=max_errors, user_model=user_model,
+                   user_base_url=user_base_url, user_max_tokens=user_max_tokens, progress=not no_progress)
+        return
+    from toolorchestra.bench.eval import EvalRequest, run_eval
+    from toolorchestra.errors import UserError
+
+    if policy is None:
+        raise UserError(f"--policy is required for --env {env}")
+    request = EvalRequest(env=env, policy=policy, out=out, split=split or "test", limit=limit,
+                          concurrency=concurrency, seed=0 if seed is None else seed, data_dir=data_dir,
+                          config=config, prefer=prefer, max_turns=max_turns,
                           max_tokens=max_tokens, delay_s=delay, progress=not no_progress, judge=judge,
                           tools=[name.strip() for name in tools.split(",") if name.strip()] if tools else None)
     metrics = run_eval(request)
     _print_metrics(metrics, out)
     _fail_if_every_episode_failed(metrics)
+
+
+def _eval_tau2(*, env: str, out: Path, task_ids: Optional[str], progress: bool, **options: object) -> None:
+    from rich.console import Console
+
+    from toolorchestra.integrations.tau2.run import Tau2EvalRequest, run_tau2_eval
+
+    console = Console(highlight=False)
+    ids = [task_id.strip() for task_id in task_ids.split(",") if task_id.strip()] if task_ids else None
+    request = Tau2EvalRequest(env=env, out=out, task_ids=ids, **options)  # type: ignore[arg-type]
+
+    def show(trajectory: "Trajectory") -> None:
+        details = trajectory.score_details
+        error = f"  error: {details['error']}" if details.get("error") else ""
+        console.print(f"task {trajectory.task_id} trial {details.get('trial')}: reward {details.get('reward', 0):g} "
+                      f"({details.get('termination_reason')}), {details.get('duration_s', 0):.1f} s{error}",
+                      markup=False, soft_wrap=True)
+
+    metrics = run_tau2_eval(request, on_simulation=show if progress else None)
+    _print_tau2_metrics(metrics, out, console)
+
+
+def _print_tau2_metrics(metrics: dict, out: Path, console: "Console") -> None:
+    from rich.table import Table
+
+    summary = Table(title=f"{metrics['env']} ({metrics['n_tasks']} tasks, {metrics['n_simulations']} simulations, "
+                          f"{metrics['policy']})")
+    for column in ("metric", "value"):
+        summary.add_column(column)
+    summary.add_row("mean reward", f"{metrics['mean_reward']:.4f}")
+    for k, value in metrics["pass_hat_k"].items():
+        summary.add_row(f"pass^{k}", f"{value:.4f}")
+    summary.add_row("terminations", ", ".join(f"{name} {count}" for name, count in
+                                               metrics["termination_reasons"].items()))
+    console.print(summary)
+    costs = Table(title="cost by group")
+    for column in ("group", "calls", "prompt tok", "completion tok", "cost $", "seconds"):
+        costs.add_column(column)
+    for group in ("orchestrator", "experts", "user_simulator"):
+        entry = metrics["cost"][group]
+        costs.add_row(group, str(entry["calls"]), str(entry["prompt_tokens"]), str(entry["completion_tokens"]),
+                      f"{entry['cost_usd']:.6f}", f"{entry['latency_s']:.1f}")
+    console.print(costs)
+    if metrics.get("errors"):
+        console.print(f"{metrics['errors']} simulations failed; first errors: {metrics['first_errors']}",
+                      style="yellow", markup=False, soft_wrap=True)
+    console.print(f"wrote {out / metrics['results_file']}, {out / 'trajectories.jsonl'} and {out / 'metrics.json'}")
 
 
 def _print_metrics(metrics: dict, out: Path) -> None:
