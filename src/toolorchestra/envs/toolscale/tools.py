@@ -1,0 +1,238 @@
+"""Tools derived from a domain's shape, not hand-written per domain.
+
+Per collection (see data.CollectionShape):
+- get_<record>(<key>): the full record;
+- list_<collection>(filters, limit): ids of records whose dotted leaves equal the filter values;
+- find_<collection>_by_<field>(value): for foreign keys, email and status leaves;
+- find_<record>_id_by_email(email): where records carry an email (the policies' authentication step);
+- set_<record>_status(<key>, status): where records have a top-level status with several values seen;
+- update_<record>_email(<key>, email): where records carry an email;
+- freeze_<record> / unfreeze_<record>: where the statuses include active and a hold value (frozen, ...).
+
+Every tool validates its arguments against its JSON schema and answers a bad call with
+ToolResult(error=...) naming the field; nothing raises out of `run`. Tools read and write only the
+episode's `Database`, never the file.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import jsonschema
+
+from toolorchestra.envs.toolscale.data import CollectionShape, Database, leaf_paths, read_path
+from toolorchestra.tools.base import Tool, ToolContext, ToolResult
+
+HOLD_STATUSES = ("frozen", "blocked", "suspended", "on-hold")
+MAX_LIST = 50
+
+
+class ToolFailure(Exception):
+    """A clear, expected failure of a call (unknown id, no match); becomes ToolResult.error."""
+
+
+Handler = Callable[[Database, dict[str, Any]], Any]
+
+
+@dataclass
+class ToolSpec:
+    """A derived tool, independent of any episode: bind it to a Database with `bind`."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    handler: Handler
+    writes: bool = False
+    collection: str = ""
+    key_argument: str | None = None
+
+    def bind(self, database: Database) -> "DomainTool":
+        return DomainTool(self, database)
+
+
+class DomainTool(Tool):
+    def __init__(self, spec: ToolSpec, database: Database) -> None:
+        self.spec, self.database = spec, database
+        self.name, self.description, self.parameters = spec.name, spec.description, spec.parameters
+        self.validator = jsonschema.Draft202012Validator(spec.parameters)
+
+    def validation_error(self, arguments: Any) -> str | None:
+        if not isinstance(arguments, dict):
+            return f"{self.name}: arguments must be a JSON object, got {type(arguments).__name__}"
+        errors = sorted(self.validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
+        if not errors:
+            return None
+        error = errors[0]
+        where = ".".join(str(part) for part in error.absolute_path) or "arguments"
+        return f"{self.name}: invalid argument {where}: {error.message}"
+
+    def call(self, arguments: Any) -> ToolResult:
+        """Synchronous core of `run` (the task generator and scorer call it directly)."""
+        problem = self.validation_error(arguments)
+        if problem:
+            return ToolResult(error=problem)
+        try:
+            output = self.spec.handler(self.database, arguments)
+        except ToolFailure as failure:
+            return ToolResult(error=f"{self.name}: {failure}")
+        except Exception as exc:  # a tool must never raise into the agent loop
+            return ToolResult(error=f"{self.name}: internal error {type(exc).__name__}: {exc}")
+        return ToolResult(output=json.dumps(output, ensure_ascii=False))
+
+    async def run(self, arguments: dict[str, Any], context: ToolContext) -> ToolResult:
+        return self.call(arguments)
+
+
+def key_argument(shape: CollectionShape) -> str:
+    return shape.key_field or f"{shape.singular}_id"
+
+
+def require_record(database: Database, shape: CollectionShape, arguments: dict[str, Any]) -> tuple[str, dict]:
+    key = arguments[key_argument(shape)]
+    record = database.get(shape.name, key)
+    if record is None:
+        raise ToolFailure(f"no {shape.singular} with {key_argument(shape)} {key!r}")
+    return key, record
+
+
+def id_schema(shape: CollectionShape, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    properties = {key_argument(shape): {"type": "string", "minLength": 1,
+                                        "description": f"the {shape.singular}'s {key_argument(shape)}"}}
+    properties.update(extra or {})
+    return {"type": "object", "properties": properties, "required": list(properties),
+            "additionalProperties": False}
+
+
+def get_tool(shape: CollectionShape) -> ToolSpec:
+    def handler(database: Database, arguments: dict[str, Any]) -> Any:
+        return require_record(database, shape, arguments)[1]
+
+    return ToolSpec(f"get_{shape.singular}", f"Get the full {shape.singular} record by its {key_argument(shape)}.",
+                    id_schema(shape), handler, collection=shape.name, key_argument=key_argument(shape))
+
+
+def matching_keys(database: Database, shape: CollectionShape, filters: dict[str, Any]) -> list[str]:
+    return [key for key, record in database.records(shape.name)
+            if all(read_path(record, path) == value for path, value in filters.items())]
+
+
+def list_tool(shape: CollectionShape) -> ToolSpec:
+    leaves = sorted(shape.leaf_types)
+
+    def handler(database: Database, arguments: dict[str, Any]) -> Any:
+        filters = arguments.get("filters", {})
+        unknown = sorted(set(filters) - set(shape.leaf_types))
+        if unknown:
+            raise ToolFailure(f"invalid argument filters: unknown field {unknown[0]!r}; valid: {', '.join(leaves)}")
+        keys = matching_keys(database, shape, filters)
+        limit = arguments.get("limit", 20)
+        return {"count": len(keys), key_argument(shape) + "s": keys[:limit]}
+
+    parameters = {"type": "object", "additionalProperties": False, "properties": {
+        "filters": {"type": "object", "description": f"dotted field -> exact value; fields: {', '.join(leaves)}",
+                    "additionalProperties": {"type": ["string", "number", "boolean"]}},
+        "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIST}}}
+    return ToolSpec(f"list_{shape.name}", f"List {shape.name} ids whose fields equal the filters.",
+                    parameters, handler, collection=shape.name)
+
+
+def find_by_tool(shape: CollectionShape, path: str) -> ToolSpec:
+    field_name = path.replace(".", "_")
+
+    def handler(database: Database, arguments: dict[str, Any]) -> Any:
+        keys = matching_keys(database, shape, {path: arguments["value"]})
+        return {"count": len(keys), key_argument(shape) + "s": keys[:MAX_LIST]}
+
+    parameters = {"type": "object", "additionalProperties": False, "required": ["value"],
+                  "properties": {"value": {"type": shape.leaf_types[path], "description": f"the exact {path}"}}}
+    return ToolSpec(f"find_{shape.name}_by_{field_name}", f"Find {shape.name} ids whose {path} equals value.",
+                    parameters, handler, collection=shape.name)
+
+
+def find_id_by_email_tool(shape: CollectionShape) -> ToolSpec:
+    assert shape.email_path is not None
+    email_path = shape.email_path
+
+    def handler(database: Database, arguments: dict[str, Any]) -> Any:
+        wanted = arguments["email"].strip().lower()
+        keys = [key for key, record in database.records(shape.name)
+                if str(read_path(record, email_path) or "").lower() == wanted]
+        if not keys:
+            raise ToolFailure(f"no {shape.singular} with email {arguments['email']!r}")
+        return {key_argument(shape): keys[0]}
+
+    parameters = {"type": "object", "additionalProperties": False, "required": ["email"],
+                  "properties": {"email": {"type": "string", "minLength": 3, "description": "the email on file"}}}
+    return ToolSpec(f"find_{shape.singular}_id_by_email", f"Find the {key_argument(shape)} of the {shape.singular} "
+                    "with this email (authentication).", parameters, handler, collection=shape.name)
+
+
+def set_status_tool(shape: CollectionShape, name: str, fixed: str | None = None) -> ToolSpec:
+    """set_<record>_status with a status argument, or a named action fixing the status (freeze...)."""
+
+    def handler(database: Database, arguments: dict[str, Any]) -> Any:
+        key, record = require_record(database, shape, arguments)
+        new_status = fixed or arguments["status"]
+        updated = database.update(shape.name, key, "status", new_status)
+        return {key_argument(shape): key, "old_status": record.get("status"), "status": updated["status"]}
+
+    extra = {} if fixed else {"status": {"type": "string", "enum": shape.status_values}}
+    what = f"Set the {shape.singular}'s status to {fixed!r}." if fixed else f"Set the {shape.singular}'s status."
+    return ToolSpec(name, f"WRITE. {what}", id_schema(shape, extra), handler, writes=True,
+                    collection=shape.name, key_argument=key_argument(shape))
+
+
+def update_email_tool(shape: CollectionShape) -> ToolSpec:
+    """update_<record>_email: a contact change every email-carrying record allows."""
+    assert shape.email_path is not None
+    email_path = shape.email_path
+
+    def handler(database: Database, arguments: dict[str, Any]) -> Any:
+        key, record = require_record(database, shape, arguments)
+        new_email = arguments["email"].strip()
+        if "@" not in new_email or new_email.startswith("@") or new_email.endswith("@"):
+            raise ToolFailure(f"invalid argument email: {new_email!r} is not an email address")
+        database.update(shape.name, key, email_path, new_email)
+        return {key_argument(shape): key, "old_email": read_path(record, email_path), "email": new_email}
+
+    extra = {"email": {"type": "string", "minLength": 3, "description": "the new email"}}
+    return ToolSpec(f"update_{shape.singular}_email", f"WRITE. Change the {shape.singular}'s email ({email_path}).",
+                    id_schema(shape, extra), handler, writes=True, collection=shape.name,
+                    key_argument=key_argument(shape))
+
+
+def status_actions(shape: CollectionShape) -> list[ToolSpec]:
+    if not shape.status_values:
+        return []
+    specs = [set_status_tool(shape, f"set_{shape.singular}_status")]
+    hold = next((status for status in HOLD_STATUSES if status in shape.status_values), None)
+    if hold and "active" in shape.status_values:
+        specs.append(set_status_tool(shape, f"freeze_{shape.singular}", hold))
+        specs.append(set_status_tool(shape, f"unfreeze_{shape.singular}", "active"))
+    return specs
+
+
+def finder_paths(shape: CollectionShape) -> list[str]:
+    """Leaves worth a find tool: links to other collections, emails and the status."""
+    paths = set(shape.foreign_keys)
+    if shape.email_path:
+        paths.add(shape.email_path)
+    if shape.status_values:
+        paths.add("status")
+    return sorted(paths)
+
+
+def derive_tools(shapes: dict[str, CollectionShape]) -> list[ToolSpec]:
+    specs: list[ToolSpec] = []
+    for shape in shapes.values():
+        specs += [get_tool(shape), list_tool(shape)]
+        specs += [find_by_tool(shape, path) for path in finder_paths(shape)]
+        if shape.email_path:
+            specs += [find_id_by_email_tool(shape), update_email_tool(shape)]
+        specs += status_actions(shape)
+    return specs
+
+
+__all__ = ["DomainTool", "ToolSpec", "ToolFailure", "derive_tools", "key_argument", "leaf_paths"]
