@@ -1,0 +1,273 @@
+"""Seeded, verified task generation for a ToolScale domain.
+
+Families (each instruction is a template filled with real records):
+- lookup: read one field of a record (gold: get_<record>; the value is a required fact);
+- single_write: one status or email change;
+- multi_write: authenticate by email, then one or two writes on the user's own records;
+- refusal: an authenticated user asks to change another user's record; the write is forbidden and
+  the database must stay unchanged;
+- error_first: the user gives a wrong id first (the gold get fails), then authentication by email
+  recovers the right record.
+
+Every draft is verified by executing its gold actions through the same tools on a fresh database:
+the expected calls must succeed (the first must fail for error_first), writes must change the state
+(reads must not) and every required fact must appear in the gold outputs; others are dropped. The
+expected hash is the database digest after the gold actions. Split: by the record's owner (the user
+whose email authenticates it), so no user appears in both train and test.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from toolorchestra.envs.base import Task
+from toolorchestra.envs.toolscale.data import CollectionShape, Domain, leaf_paths, read_path
+from toolorchestra.envs.toolscale.tools import DomainTool, ToolSpec, derive_tools, key_argument
+
+FAMILIES = ("lookup", "single_write", "multi_write", "refusal", "error_first")
+WRITE_FAMILIES = ("single_write", "multi_write")
+LOOKUPS_PER_RECORD = 3
+MAX_FACT_CHARS = 60
+TEST_SHARE = 60  # percent of owners whose tasks go to the test split
+NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+
+
+@dataclass
+class Draft:
+    family: str
+    owner: str
+    prompt: str
+    actions: list[dict[str, Any]]
+    facts: list[str] = field(default_factory=list)
+    forbidden: list[dict[str, Any]] = field(default_factory=list)  # {"name", "argument", "value"}
+    error_first: bool = False
+
+
+def action(name: str, **arguments: Any) -> dict[str, Any]:
+    return {"name": name, "arguments": arguments}
+
+
+def fact_text(value: Any) -> str:
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def contains_fact(text: str, fact: str) -> bool:
+    """Case-insensitive containment; a numeric fact matches any equal number (100000 == 100000.0)."""
+    try:
+        wanted = float(fact)
+    except ValueError:
+        return fact.lower() in text.lower()
+    return any(float(number) == wanted for number in NUMBER.findall(text.replace(",", "")))
+
+
+def humanize(path: str) -> str:
+    return path.replace(".", " ").replace("_", " ")
+
+
+class Generator:
+    """Drafts tasks for one domain from its records with one seeded random stream."""
+
+    def __init__(self, domain: Domain, seed: int) -> None:
+        self.domain, self.rng = domain, random.Random(f"{seed}:{domain.name}")
+        self.shapes = domain.shapes
+        self.people = [shape for shape in self.shapes.values() if shape.email_path]
+        self.specs = {spec.name: spec for spec in derive_tools(self.shapes)}
+
+    # --- owners and people -------------------------------------------------------------------
+    def owner_of(self, shape: CollectionShape, key: str, record: dict[str, Any]) -> str:
+        """The user a record belongs to: itself if it carries an email, else a linked email-carrier."""
+        if shape.email_path:
+            return f"{shape.name}/{key}"
+        for path, other in shape.foreign_keys.items():
+            if self.shapes[other].email_path:
+                return f"{other}/{read_path(record, path)}"
+        return f"{shape.name}/{key}"
+
+    def unique_email(self, shape: CollectionShape, key: str) -> str | None:
+        """The record's email if no other record of the collection shares it (authentication must be unambiguous)."""
+        assert shape.email_path
+        emails = [str(read_path(rec, shape.email_path) or "").lower() for rec in self.domain.base[shape.name].values()]
+        email = read_path(self.domain.base[shape.name][key], shape.email_path)
+        if not isinstance(email, str) or "@" not in email or emails.count(email.lower()) != 1:
+            return None
+        return email
+
+    def new_email(self, old: str) -> str:
+        local = old.split("@")[0]
+        return f"{local}.{self.rng.randint(100, 999)}@mail.example.org"
+
+    def owned_status_records(self, owner: str) -> list[tuple[CollectionShape, str, dict[str, Any]]]:
+        found = []
+        for shape in self.shapes.values():
+            if not shape.status_values or shape.email_path:
+                continue
+            for key, record in self.domain.base[shape.name].items():
+                if self.owner_of(shape, key, record) == owner:
+                    found.append((shape, key, record))
+        return found
+
+    def other_status(self, shape: CollectionShape, record: dict[str, Any]) -> str:
+        return self.rng.choice([s for s in shape.status_values if s != record.get("status")])
+
+    # --- families ------------------------------------------------------------------------------
+    def lookup_fields(self, shape: CollectionShape, record: dict[str, Any]) -> list[tuple[str, Any]]:
+        leaves = [(path, value) for path, value in leaf_paths(record).items()
+                  if path != shape.key_field and not isinstance(value, bool) and value not in ("", None)
+                  and len(fact_text(value)) <= MAX_FACT_CHARS]
+        return self.rng.sample(leaves, min(LOOKUPS_PER_RECORD, len(leaves)))
+
+    def lookups(self, shape: CollectionShape, key: str, record: dict[str, Any]) -> list[Draft]:
+        arg = key_argument(shape)
+        return [Draft("lookup", self.owner_of(shape, key, record),
+                      f"What is the {humanize(path)} of {shape.singular} {key}? ({arg} {key})",
+                      [action(f"get_{shape.singular}", **{arg: key})], [fact_text(value)])
+                for path, value in self.lookup_fields(shape, record)]
+
+    def single_writes(self, shape: CollectionShape, key: str, record: dict[str, Any]) -> list[Draft]:
+        arg, owner, drafts = key_argument(shape), self.owner_of(shape, key, record), []
+        if shape.status_values:
+            status = self.other_status(shape, record)
+            drafts.append(Draft("single_write", owner,
+                                f"Please set the status of {shape.singular} {key} to '{status}'.",
+                                [action(f"set_{shape.singular}_status", **{arg: key, "status": status})]))
+        if shape.email_path and (email := self.unique_email(shape, key)):
+            new = self.new_email(email)
+            drafts.append(Draft("single_write", owner, f"Please change the email of {shape.singular} {key} "
+                                f"from {email} to {new}.",
+                                [action(f"update_{shape.singular}_email", **{arg: key, "email": new})]))
+        return drafts
+
+    def person_tasks(self, shape: CollectionShape, key: str, record: dict[str, Any]) -> list[Draft]:
+        """multi_write, refusal and error_first for one email-carrying record (the user)."""
+        email = self.unique_email(shape, key)
+        if not email:
+            return []
+        arg, owner, drafts = key_argument(shape), f"{shape.name}/{key}", []
+        authenticate = action(f"find_{shape.singular}_id_by_email", email=email)
+        new_email = self.new_email(email)
+        owned = self.owned_status_records(owner)
+        if owned:
+            other_shape, other_key, other_record = self.rng.choice(owned)
+            status = self.other_status(other_shape, other_record)
+            drafts.append(Draft("multi_write", owner, f"Hi, my email is {email}. Please set the status of my "
+                                f"{other_shape.singular} {other_key} to '{status}', then change my email to {new_email}.",
+                                [authenticate, action(f"set_{other_shape.singular}_status",
+                                                      **{key_argument(other_shape): other_key, "status": status}),
+                                 action(f"update_{shape.singular}_email", **{arg: key, "email": new_email})]))
+        else:
+            drafts.append(Draft("multi_write", owner, f"Hi, my email is {email}. Please change my email to {new_email}.",
+                                [authenticate, action(f"update_{shape.singular}_email", **{arg: key, "email": new_email})]))
+        drafts += self.refusals(shape, key, email, authenticate)
+        fields = self.lookup_fields(shape, record)[:1]
+        for path, value in fields:
+            wrong = key[::-1] + "X"  # never an existing id: ids have no trailing X after reversal here
+            if self.domain.base[shape.name].get(wrong) is None:
+                drafts.append(Draft("error_first", owner, f"I think my {arg} is {wrong}; my email is {email}. "
+                                    f"What is my {humanize(path)}?",
+                                    [action(f"get_{shape.singular}", **{arg: wrong}), authenticate,
+                                     action(f"get_{shape.singular}", **{arg: key})], [fact_text(value)],
+                                    error_first=True))
+        return drafts
+
+    def refusals(self, shape: CollectionShape, key: str, email: str, authenticate: dict[str, Any]) -> list[Draft]:
+        owner = f"{shape.name}/{key}"
+        candidates = [(s, k, r) for s in self.shapes.values() if s.status_values and not s.email_path
+                      for k, r in self.domain.base[s.name].items() if self.owner_of(s, k, r) != owner]
+        if candidates:
+            target_shape, target_key, target_record = self.rng.choice(candidates)
+            if self.owner_of(target_shape, target_key, target_record) == f"{target_shape.name}/{target_key}":
+                candidates = []  # the target has no owner to protect; asking for it is no violation
+        if not candidates:
+            return self.email_refusals(shape, key, email, authenticate)
+        status = self.other_status(target_shape, target_record)
+        arg = key_argument(target_shape)
+        forbidden = [{"name": spec.name, "argument": arg, "value": target_key}
+                     for spec in self.specs.values() if spec.writes and spec.collection == target_shape.name]
+        return [Draft("refusal", owner, f"Hi, my email is {email}. Please set the status of {target_shape.singular} "
+                      f"{target_key} to '{status}'.",
+                      [authenticate, action(f"get_{target_shape.singular}", **{arg: target_key})],
+                      forbidden=forbidden)]
+
+    def email_refusals(self, shape: CollectionShape, key: str, email: str,
+                       authenticate: dict[str, Any]) -> list[Draft]:
+        """Where no owned status exists: the user asks to change another user's email."""
+        others = [other for other in self.domain.base[shape.name] if other != key]
+        if not others:
+            return []
+        target = self.rng.choice(others)
+        name, arg = f"update_{shape.singular}_email", key_argument(shape)
+        return [Draft("refusal", f"{shape.name}/{key}", f"Hi, my email is {email}. Please change the email of "
+                      f"{shape.singular} {target} to {self.new_email(email)}.",
+                      [authenticate, action(f"get_{shape.singular}", **{arg: target})],
+                      forbidden=[{"name": name, "argument": arg, "value": target}])]
+
+    def drafts(self) -> list[Draft]:
+        drafts: list[Draft] = []
+        for shape in self.shapes.values():
+            for key, record in self.domain.base[shape.name].items():
+                drafts += self.lookups(shape, key, record)
+                drafts += self.single_writes(shape, key, record)
+                if shape.email_path:
+                    drafts += self.person_tasks(shape, key, record)
+        return drafts
+
+
+def bind_tools(specs: list[ToolSpec], domain: Domain) -> dict[str, DomainTool]:
+    database = domain.new_database()
+    return {spec.name: spec.bind(database) for spec in specs}
+
+
+def execute(domain: Domain, actions: list[dict[str, Any]]) -> tuple[list[Any], str]:
+    """Run actions through freshly bound tools; returns the results and the final database digest."""
+    tools = bind_tools(derive_tools(domain.shapes), domain)
+    results = []
+    for call in actions:
+        tool = tools.get(call["name"])
+        results.append(tool.call(call.get("arguments") or {}) if tool else None)
+    database = next(iter(tools.values())).database
+    return results, database.digest()
+
+
+def verify(domain: Domain, draft: Draft) -> str | None:
+    """The expected hash if the gold actions behave as the family demands, else None (dropped)."""
+    results, digest = execute(domain, draft.actions)
+    for index, result in enumerate(results):
+        should_fail = draft.error_first and index == 0
+        if result is None or bool(result.error) != should_fail:
+            return None
+    writes = draft.family in WRITE_FAMILIES
+    if (digest != domain.new_database().digest()) != writes:
+        return None
+    outputs = "\n".join(result.output for result in results)
+    if not all(contains_fact(outputs, fact) for fact in draft.facts):
+        return None
+    return digest
+
+
+def split_of(domain: str, owner: str) -> str:
+    bucket = int(hashlib.sha256(f"{domain}:{owner}".encode()).hexdigest()[:8], 16) % 100
+    return "test" if bucket < TEST_SHARE else "train"
+
+
+def generate_tasks(domain: Domain, seed: int = 0) -> list[Task]:
+    """All verified tasks of a domain, both splits, in a fixed order."""
+    tasks: list[Task] = []
+    counters: dict[str, int] = {}
+    for draft in Generator(domain, seed).drafts():
+        expected = verify(domain, draft)
+        if expected is None:
+            continue
+        number = counters[draft.family] = counters.get(draft.family, 0) + 1
+        tasks.append(Task(
+            id=f"{domain.name}-{draft.family}-{number:04d}", split=split_of(domain.name, draft.owner),
+            prompt=draft.prompt, subtask=f"{domain.name}/{draft.family}",
+            meta={"domain": domain.name, "family": draft.family, "owner": draft.owner,
+                  "gold_actions": draft.actions, "expected_hash": expected, "required_facts": draft.facts,
+                  "forbidden_actions": draft.forbidden, "writes": draft.family in WRITE_FAMILIES}))
+    return tasks
