@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ from toolorchestra.envs.toolscale.tasks import WRITE_FAMILIES
 from toolorchestra.envs.toolscale.tools import derive_tools
 
 
-@lru_cache(maxsize=None)
+@cache
 def env_for(data_dir: Path, name: str) -> ToolScaleEnv:
     env = make_env(name, data_dir)
     assert isinstance(env, ToolScaleEnv)
@@ -87,7 +87,7 @@ def test_splits_share_no_user_and_all_holds_2000_test_tasks(shared_data):
     env = env_for(shared_data, "toolscale:all")
     test, train = env.tasks("test"), env.tasks("train")
     assert len(test) >= 2000
-    owners = lambda tasks: {(t.meta["domain"], t.meta["owner"]) for t in tasks}  # noqa: E731
+    owners = lambda tasks: {(t.meta["domain"], t.meta["owner"]) for t in tasks}
     assert owners(test).isdisjoint(owners(train))
     assert [t.id for t in test] == [t.id for t in make_env("toolscale:all", shared_data).tasks("test")]  # seeded
 

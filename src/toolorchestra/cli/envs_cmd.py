@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -27,7 +26,7 @@ def list_command() -> None:
 def describe_command(
     env: str = typer.Argument(..., help="Environment name, e.g. toolscale:all."),
     split: str = typer.Option("test", "--split", help="Which split to count."),
-    data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Shared data dir. Default: $TOOLORCHESTRA_DATA "
+    data_dir: Path | None = typer.Option(None, "--data-dir", help="Shared data dir. Default: $TOOLORCHESTRA_DATA "
                                             "or ../shared/data."),
 ) -> None:
     """Print the task counts of a split: per domain and family for ToolScale, per subtask otherwise."""

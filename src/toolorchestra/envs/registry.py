@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import importlib
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from toolorchestra.envs.base import Env
 from toolorchestra.errors import UserError

@@ -12,7 +12,7 @@ import copy
 import hashlib
 import json
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +71,7 @@ class Domain:
     base_digest: str
     shapes: dict[str, CollectionShape]
 
-    def new_database(self) -> "Database":
+    def new_database(self) -> Database:
         return Database(self)
 
 
@@ -117,7 +117,7 @@ def singular_name(collection: str, key_field: str | None) -> str:
         for suffix in KEY_SUFFIXES:
             if key_field.endswith(suffix):
                 return key_field[: -len(suffix)]
-    return collection[:-1] if collection.endswith("s") else collection
+    return collection.removesuffix("s")
 
 
 def find_key_field(records: dict[str, dict[str, Any]]) -> str | None:
@@ -166,7 +166,7 @@ def link_collections(base: dict[str, dict[str, dict[str, Any]]], shapes: dict[st
                     break
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_domain(data_dir: Path, name: str) -> Domain:
     """Read and analyse one domain once per process (the base is shared, never mutated)."""
     folder = Path(data_dir) / "toolscale" / name

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from toolorchestra.envs.base import Env, Score, Task
 from toolorchestra.envs.toolscale.data import DOMAINS, Domain, load_domain
@@ -37,7 +37,7 @@ class FinalAnswerTool(Tool):
 
     name = "answer"
     description = "Reply to the user and end the conversation."
-    parameters = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"],
+    parameters: ClassVar[dict[str, Any]] = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"],
                   "additionalProperties": False}
 
     async def run(self, arguments: dict[str, Any], context: ToolContext) -> ToolResult:
@@ -59,7 +59,7 @@ class ToolScaleEnv(Env):
     def all_tasks(self) -> list[Task]:
         if self._tasks is None:
             self._tasks = []
-            for name, domain in self.domains.items():
+            for domain in self.domains.values():
                 system_prompt = f"{domain.policy}\n\n{ENV_RULES}"
                 for task in generate_tasks(domain, self.seed):
                     task.meta["system_prompt"] = system_prompt
@@ -86,7 +86,7 @@ class ToolScaleEnv(Env):
     def tools_for(self, task: Task) -> list[Tool]:
         return [*self.domain_tools(task), FinalAnswerTool()]
 
-    def score(self, task: Task, trajectory: "Trajectory") -> Score:
+    def score(self, task: Task, trajectory: Trajectory) -> Score:
         tools = {tool.name: tool for tool in self.domain_tools(task)}
         forbidden = {(rule["name"], rule["argument"], rule["value"]) for rule in task.meta["forbidden_actions"]}
         violations = []

@@ -25,8 +25,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toolorchestra.envs.base import Task
-from toolorchestra.envs.toolscale.data import CollectionShape, Domain, leaf_paths, read_path
-from toolorchestra.envs.toolscale.tools import DomainTool, ToolSpec, derive_tools, key_argument
+from toolorchestra.envs.toolscale.data import (
+    CollectionShape,
+    Domain,
+    leaf_paths,
+    read_path,
+)
+from toolorchestra.envs.toolscale.tools import (
+    DomainTool,
+    ToolSpec,
+    derive_tools,
+    key_argument,
+)
 
 FAMILIES = ("lookup", "single_write", "multi_write", "refusal", "error_first")
 WRITE_FAMILIES = ("single_write", "multi_write")

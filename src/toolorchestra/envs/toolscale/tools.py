@@ -17,12 +17,18 @@ episode's `Database`, never the file.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import jsonschema
 
-from toolorchestra.envs.toolscale.data import CollectionShape, Database, leaf_paths, read_path
+from toolorchestra.envs.toolscale.data import (
+    CollectionShape,
+    Database,
+    leaf_paths,
+    read_path,
+)
 from toolorchestra.tools.base import Tool, ToolContext, ToolResult
 
 HOLD_STATUSES = ("frozen", "blocked", "suspended", "on-hold")
@@ -48,7 +54,7 @@ class ToolSpec:
     collection: str = ""
     key_argument: str | None = None
 
-    def bind(self, database: Database) -> "DomainTool":
+    def bind(self, database: Database) -> DomainTool:
         return DomainTool(self, database)
 
 
@@ -77,7 +83,7 @@ class DomainTool(Tool):
             output = self.spec.handler(self.database, arguments)
         except ToolFailure as failure:
             return ToolResult(error=f"{self.name}: {failure}")
-        except Exception as exc:  # a tool must never raise into the agent loop
+        except Exception as exc:  # noqa: BLE001 - a tool must never raise into the agent loop
             return ToolResult(error=f"{self.name}: internal error {type(exc).__name__}: {exc}")
         return ToolResult(output=json.dumps(output, ensure_ascii=False))
 
@@ -235,4 +241,4 @@ def derive_tools(shapes: dict[str, CollectionShape]) -> list[ToolSpec]:
     return specs
 
 
-__all__ = ["DomainTool", "ToolSpec", "ToolFailure", "derive_tools", "key_argument", "leaf_paths"]
+__all__ = ["DomainTool", "ToolFailure", "ToolSpec", "derive_tools", "key_argument", "leaf_paths"]
