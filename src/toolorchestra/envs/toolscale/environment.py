@@ -37,8 +37,8 @@ class FinalAnswerTool(Tool):
 
     name = "answer"
     description = "Reply to the user and end the conversation."
-    parameters: ClassVar[dict[str, Any]] = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"],
-                  "additionalProperties": False}
+    parameters: ClassVar[dict[str, Any]] = {"type": "object", "properties": {"answer": {"type": "string"}},
+                                            "required": ["answer"], "additionalProperties": False}
 
     async def run(self, arguments: dict[str, Any], context: ToolContext) -> ToolResult:
         answer = arguments.get("answer") if isinstance(arguments, dict) else None
