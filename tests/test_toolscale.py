@@ -20,7 +20,7 @@ from toolorchestra.envs.registry import make_env
 from toolorchestra.envs.toolscale.data import DOMAINS, load_domain
 from toolorchestra.envs.toolscale.environment import ToolScaleEnv
 from toolorchestra.envs.toolscale.tasks import WRITE_FAMILIES
-from toolorchestra.envs.toolscale.tools import derive_tools
+from toolorchestra.envs.toolscale.tools import domain_specs
 
 
 @cache
@@ -94,7 +94,7 @@ def test_splits_share_no_user_and_all_holds_2000_test_tasks(shared_data):
 
 def test_tools_validate_arguments_with_clear_errors(shared_data):
     domain = load_domain(shared_data, "bank")
-    tools = {spec.name: spec.bind(domain.new_database()) for spec in derive_tools(domain.shapes)}
+    tools = {spec.name: spec.bind(domain.new_database()) for spec in domain_specs(domain)}
     assert "client_id" in tools["get_client"].call({}).error
     assert "no client with client_id 'nope'" in tools["get_client"].call({"client_id": "nope"}).error
     assert "status" in tools["set_loan_status"].call({"loan_id": "DHT44YS1", "status": "gone"}).error
@@ -115,7 +115,7 @@ JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers() | st.floats
 @pytest.mark.parametrize("domain_name", ["bank", "movie", "ecommerce"])
 def test_random_tool_calls_never_raise_nor_touch_the_file(shared_data, domain_name):
     domain = load_domain(shared_data, domain_name)
-    specs = derive_tools(domain.shapes)
+    specs = domain_specs(domain)
     db_file = shared_data / "toolscale" / domain_name / "db.json"
     before = file_fingerprint(db_file)
     real_ids = [key for records in domain.base.values() for key in list(records)[:5]]

@@ -61,6 +61,8 @@ class CollectionShape:
     status_values: list[str] = field(default_factory=list)
     email_path: str | None = None
     foreign_keys: dict[str, str] = field(default_factory=dict)  # path -> referenced collection
+    parent: str | None = None  # for nested records (bank cards inside clients): the holding collection
+    parent_field: str | None = None  # ... and the field of the parent record that holds them
 
 
 @dataclass
@@ -70,6 +72,7 @@ class Domain:
     base: dict[str, dict[str, dict[str, Any]]]
     base_digest: str
     shapes: dict[str, CollectionShape]
+    nested: dict[str, CollectionShape] = field(default_factory=dict)  # by singular name
 
     def new_database(self) -> Database:
         return Database(self)
@@ -91,13 +94,22 @@ class Database:
     def records(self, collection: str) -> list[tuple[str, dict[str, Any]]]:
         return [(key, self.get(collection, key)) for key in self.domain.base[collection]]  # type: ignore[misc]
 
-    def update(self, collection: str, key: str, path: str, value: Any) -> dict[str, Any]:
-        """Set one dotted path of a record (copying it, never touching the base); returns the new record."""
+    def locate_nested(self, shape: CollectionShape, key: str) -> tuple[str, dict[str, Any]] | None:
+        """The parent key and nested record with this key (e.g. the client holding card `key`)."""
+        assert shape.parent and shape.parent_field
+        for parent_key, parent in self.records(shape.parent):
+            held = parent.get(shape.parent_field)
+            if isinstance(held, dict) and isinstance(held.get(key), dict):
+                return parent_key, held[key]
+        return None
+
+    def update(self, collection: str, key: str, path: str | list[str], value: Any) -> dict[str, Any]:
+        """Set one path (dotted, or a list of parts) of a record, copying it, never touching the base."""
         record = copy.deepcopy(self.get(collection, key))
         if record is None:
             raise KeyError(key)
         target = record
-        *parents, last = path.split(".")
+        *parents, last = path.split(".") if isinstance(path, str) else path
         for part in parents:
             target = target[part]
         target[last] = value
@@ -166,6 +178,23 @@ def link_collections(base: dict[str, dict[str, dict[str, Any]]], shapes: dict[st
                     break
 
 
+def nested_shapes(base: dict[str, dict[str, dict[str, Any]]]) -> dict[str, CollectionShape]:
+    """Records kept inside other records (a field mapping ids to records with that id), by singular name."""
+    found: dict[str, CollectionShape] = {}
+    for collection, records in base.items():
+        first = next(iter(records.values()), {})
+        for field_name in first:
+            holders = [rec[field_name] for rec in records.values() if isinstance(rec.get(field_name), dict)]
+            inner = {key: sub for held in holders for key, sub in held.items()}
+            if not inner or not all(isinstance(sub, dict) for sub in inner.values()):
+                continue
+            shape = infer_shape(field_name, inner)
+            if shape.key_field and shape.key_field.endswith("_id"):
+                shape.parent, shape.parent_field = collection, field_name
+                found.setdefault(shape.singular, shape)
+    return found
+
+
 @cache
 def load_domain(data_dir: Path, name: str) -> Domain:
     """Read and analyse one domain once per process (the base is shared, never mutated)."""
@@ -177,5 +206,7 @@ def load_domain(data_dir: Path, name: str) -> Domain:
     shapes = {coll: infer_shape(coll, recs) for coll, recs in base.items()}
     link_collections(base, shapes)
     policy = (folder / "policy.md").read_text(encoding="utf-8") if (folder / "policy.md").is_file() else ""
+    top_level = {shape.singular for shape in shapes.values()}
+    nested = {singular: shape for singular, shape in nested_shapes(base).items() if singular not in top_level}
     return Domain(name=name, policy=policy, base=base, base_digest=hashlib.sha256(raw.encode()).hexdigest(),
-                  shapes=shapes)
+                  shapes=shapes, nested=nested)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from toolorchestra.envs.base import Env, Score, Task
 from toolorchestra.envs.toolscale.data import DOMAINS, Domain, load_domain
 from toolorchestra.envs.toolscale.tasks import contains_fact, generate_tasks
-from toolorchestra.envs.toolscale.tools import DomainTool, derive_tools
+from toolorchestra.envs.toolscale.tools import DomainTool, domain_specs
 from toolorchestra.errors import UserError
 from toolorchestra.tools.base import Tool, ToolContext, ToolResult
 
@@ -81,7 +81,7 @@ class ToolScaleEnv(Env):
     def domain_tools(self, task: Task) -> list[DomainTool]:
         domain = self.domains[task.meta["domain"]]
         database = domain.new_database()
-        return [spec.bind(database) for spec in derive_tools(domain.shapes)]
+        return [spec.bind(database) for spec in domain_specs(domain)]
 
     def tools_for(self, task: Task) -> list[Tool]:
         return [*self.domain_tools(task), FinalAnswerTool()]

@@ -34,7 +34,7 @@ from toolorchestra.envs.toolscale.data import (
 from toolorchestra.envs.toolscale.tools import (
     DomainTool,
     ToolSpec,
-    derive_tools,
+    domain_specs,
     key_argument,
 )
 
@@ -87,7 +87,8 @@ class Generator:
         self.domain, self.rng = domain, random.Random(f"{seed}:{domain.name}")
         self.shapes = domain.shapes
         self.people = [shape for shape in self.shapes.values() if shape.email_path]
-        self.specs = {spec.name: spec for spec in derive_tools(self.shapes)}
+        self.specs = {spec.name: spec for spec in domain_specs(domain)}
+        self.status_targets = self.find_status_targets()
 
     # --- owners and people -------------------------------------------------------------------
     def owner_of(self, shape: CollectionShape, key: str, record: dict[str, Any]) -> str:
@@ -112,15 +113,25 @@ class Generator:
         local = old.split("@")[0]
         return f"{local}.{self.rng.randint(100, 999)}@mail.example.org"
 
-    def owned_status_records(self, owner: str) -> list[tuple[CollectionShape, str, dict[str, Any]]]:
-        found = []
+    def find_status_targets(self) -> list[tuple[CollectionShape, str, dict[str, Any], str]]:
+        """Records whose status a user may ask to change, with their owner: top-level and nested."""
+        targets = []
         for shape in self.shapes.values():
-            if not shape.status_values or shape.email_path:
+            if shape.status_values and not shape.email_path:
+                targets += [(shape, key, record, self.owner_of(shape, key, record))
+                            for key, record in self.domain.base[shape.name].items()]
+        for shape in self.domain.nested.values():
+            if not (shape.status_values and shape.parent and shape.parent_field):
                 continue
-            for key, record in self.domain.base[shape.name].items():
-                if self.owner_of(shape, key, record) == owner:
-                    found.append((shape, key, record))
-        return found
+            parent_shape = self.shapes[shape.parent]
+            for parent_key, parent in self.domain.base[shape.parent].items():
+                owner = self.owner_of(parent_shape, parent_key, parent)
+                held = parent.get(shape.parent_field)
+                targets += [(shape, key, record, owner) for key, record in (held or {}).items()]
+        return targets
+
+    def owned_status_records(self, owner: str) -> list[tuple[CollectionShape, str, dict[str, Any]]]:
+        return [(shape, key, record) for shape, key, record, of in self.status_targets if of == owner]
 
     def other_status(self, shape: CollectionShape, record: dict[str, Any]) -> str:
         return self.rng.choice([s for s in shape.status_values if s != record.get("status")])
@@ -139,8 +150,10 @@ class Generator:
                       [action(f"get_{shape.singular}", **{arg: key})], [fact_text(value)])
                 for path, value in self.lookup_fields(shape, record)]
 
-    def single_writes(self, shape: CollectionShape, key: str, record: dict[str, Any]) -> list[Draft]:
-        arg, owner, drafts = key_argument(shape), self.owner_of(shape, key, record), []
+    def single_writes(self, shape: CollectionShape, key: str, record: dict[str, Any],
+                      owner: str | None = None) -> list[Draft]:
+        arg, drafts = key_argument(shape), []
+        owner = owner or self.owner_of(shape, key, record)
         if shape.status_values:
             status = self.other_status(shape, record)
             drafts.append(Draft("single_write", owner,
@@ -187,18 +200,18 @@ class Generator:
 
     def refusals(self, shape: CollectionShape, key: str, email: str, authenticate: dict[str, Any]) -> list[Draft]:
         owner = f"{shape.name}/{key}"
-        candidates = [(s, k, r) for s in self.shapes.values() if s.status_values and not s.email_path
-                      for k, r in self.domain.base[s.name].items() if self.owner_of(s, k, r) != owner]
+        candidates = [(s, k, r, of) for s, k, r, of in self.status_targets if of != owner]
         if candidates:
-            target_shape, target_key, target_record = self.rng.choice(candidates)
-            if self.owner_of(target_shape, target_key, target_record) == f"{target_shape.name}/{target_key}":
+            target_shape, target_key, target_record, target_owner = self.rng.choice(candidates)
+            if target_owner == f"{target_shape.name}/{target_key}":
                 candidates = []  # the target has no owner to protect; asking for it is no violation
         if not candidates:
             return self.email_refusals(shape, key, email, authenticate)
         status = self.other_status(target_shape, target_record)
         arg = key_argument(target_shape)
         forbidden = [{"name": spec.name, "argument": arg, "value": target_key}
-                     for spec in self.specs.values() if spec.writes and spec.collection == target_shape.name]
+                     for spec in self.specs.values() if spec.writes and spec.collection == target_shape.name
+                     and spec.key_argument == arg]
         return [Draft("refusal", owner, f"Hi, my email is {email}. Please set the status of {target_shape.singular} "
                       f"{target_key} to '{status}'.",
                       [authenticate, action(f"get_{target_shape.singular}", **{arg: target_key})],
@@ -225,6 +238,9 @@ class Generator:
                 drafts += self.single_writes(shape, key, record)
                 if shape.email_path:
                     drafts += self.person_tasks(shape, key, record)
+        for shape in self.domain.nested.values():  # nested records: status writes (freeze_card, ...)
+            drafts += [draft for target_shape, key, record, owner in self.status_targets if target_shape is shape
+                       for draft in self.single_writes(shape, key, record, owner)]
         return drafts
 
 
@@ -235,7 +251,7 @@ def bind_tools(specs: list[ToolSpec], domain: Domain) -> dict[str, DomainTool]:
 
 def execute(domain: Domain, actions: list[dict[str, Any]]) -> tuple[list[Any], str]:
     """Run actions through freshly bound tools; returns the results and the final database digest."""
-    tools = bind_tools(derive_tools(domain.shapes), domain)
+    tools = bind_tools(domain_specs(domain), domain)
     results = []
     for call in actions:
         tool = tools.get(call["name"])

@@ -8,6 +8,8 @@ Per collection (see data.CollectionShape):
 - set_<record>_status(<key>, status): where records have a top-level status with several values seen;
 - update_<record>_email(<key>, email): where records carry an email;
 - freeze_<record> / unfreeze_<record>: where the statuses include active and a hold value (frozen, ...).
+Records nested inside others (a field mapping ids to records carrying that id, e.g. a bank client's
+cards and accounts) get get_<record> and the status actions too: freeze_card, unfreeze_account, ...
 
 Every tool validates its arguments against its JSON schema and answers a bad call with
 ToolResult(error=...) naming the field; nothing raises out of `run`. Tools read and write only the
@@ -26,6 +28,7 @@ import jsonschema
 from toolorchestra.envs.toolscale.data import (
     CollectionShape,
     Database,
+    Domain,
     leaf_paths,
     read_path,
 )
@@ -95,12 +98,30 @@ def key_argument(shape: CollectionShape) -> str:
     return shape.key_field or f"{shape.singular}_id"
 
 
-def require_record(database: Database, shape: CollectionShape, arguments: dict[str, Any]) -> tuple[str, dict]:
+@dataclass
+class Located:
+    """Where a record lives: its top-level record and the path from there (empty unless nested)."""
+
+    collection: str
+    top_key: str
+    prefix: list[str]
+    record: dict[str, Any]
+
+
+def locate(database: Database, shape: CollectionShape, arguments: dict[str, Any]) -> Located:
     key = arguments[key_argument(shape)]
-    record = database.get(shape.name, key)
-    if record is None:
-        raise ToolFailure(f"no {shape.singular} with {key_argument(shape)} {key!r}")
-    return key, record
+    if shape.parent and shape.parent_field:
+        found = database.locate_nested(shape, key)
+        if found:
+            return Located(shape.parent, found[0], [shape.parent_field, key], found[1])
+    elif (record := database.get(shape.name, key)) is not None:
+        return Located(shape.name, key, [], record)
+    raise ToolFailure(f"no {shape.singular} with {key_argument(shape)} {key!r}")
+
+
+def require_record(database: Database, shape: CollectionShape, arguments: dict[str, Any]) -> tuple[str, dict]:
+    located = locate(database, shape, arguments)
+    return arguments[key_argument(shape)], located.record
 
 
 def id_schema(shape: CollectionShape, extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -179,10 +200,11 @@ def set_status_tool(shape: CollectionShape, name: str, fixed: str | None = None)
     """set_<record>_status with a status argument, or a named action fixing the status (freeze...)."""
 
     def handler(database: Database, arguments: dict[str, Any]) -> Any:
-        key, record = require_record(database, shape, arguments)
+        where = locate(database, shape, arguments)
         new_status = fixed or arguments["status"]
-        updated = database.update(shape.name, key, "status", new_status)
-        return {key_argument(shape): key, "old_status": record.get("status"), "status": updated["status"]}
+        database.update(where.collection, where.top_key, [*where.prefix, "status"], new_status)
+        return {key_argument(shape): arguments[key_argument(shape)], "old_status": where.record.get("status"),
+                "status": new_status}
 
     extra = {} if fixed else {"status": {"type": "string", "enum": shape.status_values}}
     what = f"Set the {shape.singular}'s status to {fixed!r}." if fixed else f"Set the {shape.singular}'s status."
@@ -230,8 +252,12 @@ def finder_paths(shape: CollectionShape) -> list[str]:
     return sorted(paths)
 
 
-def derive_tools(shapes: dict[str, CollectionShape]) -> list[ToolSpec]:
+def derive_tools(shapes: dict[str, CollectionShape],
+                 nested: dict[str, CollectionShape] | None = None) -> list[ToolSpec]:
+    """Tools of the top-level collections, then get and status actions of nested records (bank cards)."""
     specs: list[ToolSpec] = []
+    for shape in (nested or {}).values():
+        specs += [get_tool(shape), *status_actions(shape)]
     for shape in shapes.values():
         specs += [get_tool(shape), list_tool(shape)]
         specs += [find_by_tool(shape, path) for path in finder_paths(shape)]
@@ -241,4 +267,8 @@ def derive_tools(shapes: dict[str, CollectionShape]) -> list[ToolSpec]:
     return specs
 
 
-__all__ = ["DomainTool", "ToolFailure", "ToolSpec", "derive_tools", "key_argument", "leaf_paths"]
+def domain_specs(domain: Domain) -> list[ToolSpec]:
+    return derive_tools(domain.shapes, domain.nested)
+
+
+__all__ = ["DomainTool", "ToolFailure", "ToolSpec", "derive_tools", "domain_specs", "key_argument", "leaf_paths"]
