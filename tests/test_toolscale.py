@@ -156,3 +156,18 @@ def test_envs_describe_prints_counts_per_domain_and_family(shared_data):
     header, row = result.output.splitlines()[1:3]
     assert header.split("\t")[0] == "domain" and "lookup" in header
     assert row.startswith("weather\t")
+
+
+def test_policy_actions_on_nested_records_are_derived(shared_data):
+    domain = load_domain(shared_data, "bank")
+    database = domain.new_database()
+    tools = {spec.name: spec.bind(database) for spec in domain_specs(domain)}
+    assert {"freeze_card", "unfreeze_card", "freeze_account", "unfreeze_account"} <= set(tools)
+    card = "CRM6JY91"  # active in db.json
+    pristine = database.digest()
+    assert json.loads(tools["freeze_card"].call({"card_id": card}).output)["status"] == "blocked"
+    assert json.loads(tools["get_card"].call({"card_id": card}).output)["status"] == "blocked"
+    assert database.digest() != pristine
+    tools["unfreeze_card"].call({"card_id": card})
+    assert database.digest() == pristine  # back to the same state, the same hash
+    assert domain.base["clients"]["03DZE1C1"]["cards"][card]["status"] == "active"  # base untouched
