@@ -14,7 +14,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from toolorchestra.agent import Orchestrator
 from toolorchestra.agent.trajectory import Trajectory
+from toolorchestra.backends.base import Backend, Completion, ToolCall, Usage
 from toolorchestra.bench.policies import ScriptedEpisode
 from toolorchestra.envs.registry import make_env
 from toolorchestra.envs.toolscale.data import DOMAINS, load_domain
@@ -171,3 +173,32 @@ def test_policy_actions_on_nested_records_are_derived(shared_data):
     tools["unfreeze_card"].call({"card_id": card})
     assert database.digest() == pristine  # back to the same state, the same hash
     assert domain.base["clients"]["03DZE1C1"]["cards"][card]["status"] == "active"  # base untouched
+
+
+class GoldBackend(Backend):
+    """Test fake: plays a task's gold actions one per turn through the real orchestrator loop, then answers."""
+
+    def __init__(self, actions: list[dict[str, Any]]) -> None:
+        self.actions = list(actions)
+        self.outputs: list[str] = []
+
+    async def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
+                       **sampling: Any) -> Completion:
+        if messages[-1]["role"] == "tool":
+            self.outputs.append(messages[-1]["content"])
+        if self.actions:
+            gold = self.actions.pop(0)
+            call = ToolCall(id=f"c{len(self.outputs)}", name=gold["name"], arguments=gold["arguments"])
+        else:
+            call = ToolCall(id="final", name="answer", arguments={"answer": "\n".join(self.outputs)})
+        return Completion(text="", tool_calls=[call], usage=Usage(prompt_tokens=1, completion_tokens=1))
+
+
+async def test_orchestrator_loop_sees_the_policy_and_solves_a_multi_write_task(shared_data):
+    env = env_for(shared_data, "toolscale:bank")
+    task = next(task for task in env.tasks("test") if task.meta["family"] == "multi_write")
+    orchestrator = Orchestrator(GoldBackend(task.meta["gold_actions"]), env.tools_for(task), max_turns=8)
+    trajectory = await orchestrator.run(task)
+    assert "find_client_id_by_email" in trajectory.messages[0]["content"]  # the bank policy is in the system prompt
+    assert trajectory.stop_reason == "answer"
+    assert env.score(task, trajectory).correct

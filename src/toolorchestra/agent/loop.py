@@ -55,7 +55,12 @@ class Orchestrator:
         self.on_step = on_step
 
     def initial_messages(self, task: Task) -> list[dict[str, Any]]:
-        return initial_messages(list(self.tools.values()), task.prompt, self.preference, wording_for(task.id))
+        messages = initial_messages(list(self.tools.values()), task.prompt, self.preference, wording_for(task.id))
+        # Envs whose tasks come with rules (a ToolScale domain policy) extend the system prompt with them.
+        rules = task.meta.get("system_prompt")
+        if isinstance(rules, str) and rules:
+            messages[0] = {**messages[0], "content": f"{messages[0]['content']}\n\n{rules}"}
+        return messages
 
     async def run(self, task: Task) -> Trajectory:
         token = current_task.set(task)
