@@ -114,7 +114,7 @@ JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers() | st.floats
                                                                                         max_size=3), max_leaves=6)
 
 
-@pytest.mark.parametrize("domain_name", ["bank", "movie", "ecommerce"])
+@pytest.mark.parametrize("domain_name", DOMAINS)
 def test_random_tool_calls_never_raise_nor_touch_the_file(shared_data, domain_name):
     domain = load_domain(shared_data, domain_name)
     specs = domain_specs(domain)
@@ -131,7 +131,7 @@ def test_random_tool_calls_never_raise_nor_touch_the_file(shared_data, domain_na
     calls = st.lists(st.sampled_from(specs).flatmap(lambda spec: st.tuples(st.just(spec), arguments_for(spec))),
                      max_size=8)
 
-    @settings(max_examples=50, deadline=None, suppress_health_check=list(HealthCheck))
+    @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
     @given(calls)
     def check(sequence):
         database = domain.new_database()

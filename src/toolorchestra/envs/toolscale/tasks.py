@@ -68,11 +68,12 @@ def fact_text(value: Any) -> str:
 
 
 def contains_fact(text: str, fact: str) -> bool:
-    """Case-insensitive containment; a numeric fact matches any equal number (100000 == 100000.0)."""
+    """Case-insensitive match as a whole token (so a short fact like "A" is not found inside any word);
+    a numeric fact matches any equal number (100000 == 100000.0)."""
     try:
         wanted = float(fact)
     except ValueError:
-        return fact.lower() in text.lower()
+        return re.search(rf"(?<!\w){re.escape(fact)}(?!\w)", text, re.IGNORECASE) is not None
     return any(float(number) == wanted for number in NUMBER.findall(text.replace(",", "")))
 
 
