@@ -95,7 +95,7 @@ class ToolScaleEnv(Env):
             if tool is None:
                 continue
             result = tool.call(step.arguments or {})
-            if not result.error and any((step.name, arg, value) in forbidden
+            if not result.error and any(isinstance(value, str) and (step.name, arg, value) in forbidden
                                         for arg, value in (step.arguments or {}).items()):
                 violations.append(step.name)
         database = next(iter(tools.values())).database

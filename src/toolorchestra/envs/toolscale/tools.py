@@ -188,6 +188,8 @@ def find_id_by_email_tool(shape: CollectionShape) -> ToolSpec:
                 if str(read_path(record, email_path) or "").lower() == wanted]
         if not keys:
             raise ToolFailure(f"no {shape.singular} with email {arguments['email']!r}")
+        if len(keys) > 1:  # shared emails exist in the data: say so rather than pick one silently
+            return {key_argument(shape) + "s": keys[:MAX_LIST], "note": "several records share this email"}
         return {key_argument(shape): keys[0]}
 
     parameters = {"type": "object", "additionalProperties": False, "required": ["email"],
