@@ -215,8 +215,16 @@ class Generator:
                      and spec.key_argument == arg]
         return [Draft("refusal", owner, f"Hi, my email is {email}. Please set the status of {target_shape.singular} "
                       f"{target_key} to '{status}'.",
-                      [authenticate, action(f"get_{target_shape.singular}", **{arg: target_key})],
+                      [authenticate, self.ownership_check(shape, key, target_shape, target_key)],
                       forbidden=forbidden)]
+
+    def ownership_check(self, user_shape: CollectionShape, user_key: str, target_shape: CollectionShape,
+                        target_key: str) -> dict[str, Any]:
+        """The read that shows the target is not the user's: the user's own record when the target is
+        nested in it (get_card shows no owner), else the target itself (it names its owner)."""
+        if target_shape.parent:
+            return action(f"get_{user_shape.singular}", **{key_argument(user_shape): user_key})
+        return action(f"get_{target_shape.singular}", **{key_argument(target_shape): target_key})
 
     def email_refusals(self, shape: CollectionShape, key: str, email: str,
                        authenticate: dict[str, Any]) -> list[Draft]:
