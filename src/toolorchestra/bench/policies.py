@@ -8,6 +8,9 @@ on the train split only, except the oracle's, which peeks at the test records by
 
 Policy specs (`parse_policy`): single:MODEL, random, cheapest, per-subtask, cascade[:LAMBDA],
 router[:THRESHOLD] (no threshold: a sweep, one policy per threshold), oracle, orchestrator:MODEL.
+On envs whose tasks carry gold actions (`GoldWorld`, the toolscale envs) also: gold (replays the gold
+actions through the episode's tools, then answers with the required facts; the check of the checker,
+it must score 1.0) and noop (answers at once, without any tool call; a floor).
 """
 
 from __future__ import annotations
@@ -29,7 +32,9 @@ from toolorchestra.errors import UserError
 from toolorchestra.tools.base import Tool, ToolContext, ToolResult
 
 POLICY_FORMS = ("single:MODEL", "random", "cheapest", "per-subtask", "cascade[:LAMBDA]", "router[:THRESHOLD]",
-                "oracle", "orchestrator:MODEL")
+                "oracle", "orchestrator:MODEL", "gold", "noop")
+GOLD_POLICIES = ("gold", "noop")
+NOOP_ANSWER = "I cannot help with that."
 DEFAULT_CASCADE_LAMBDA = 0.1
 MIN_SUBTASK_TRAIN = 30  # fewer train tasks than this: a subtask uses the parameters fit on all of train
 
@@ -47,6 +52,11 @@ class RecordedWorld(Protocol):
     def call_cost(self, task: Task, model: str) -> float: ...
 
     def answer_key(self, task: Task, text: str) -> str | None: ...
+
+
+def has_gold_actions(env: Env) -> bool:
+    """Whether the env's tasks carry `meta["gold_actions"]` and `meta["required_facts"]` (toolscale)."""
+    return bool(getattr(env, "gold_actions", False))
 
 
 class Policy(ABC):
@@ -188,6 +198,34 @@ class RouterPolicy(Policy):
         return episode.finish()
 
 
+class GoldPolicy(Policy):
+    """Replays the task's gold actions, one per turn, through the episode's own tools, then answers
+    with the facts the task requires (a refusal with none: a plain refusal). It goes through the
+    real tools and scorer, so anything short of accuracy 1.0 is a bug in the env or its checker."""
+
+    name = "gold"
+
+    async def run(self, task: Task, tools: list[Tool]) -> Trajectory:
+        episode = ScriptedEpisode(task, tools, self.name)
+        for action in task.meta["gold_actions"]:
+            await episode.calls((action["name"], dict(action["arguments"])))
+        facts = [str(fact) for fact in task.meta.get("required_facts") or []]
+        answer = ("Done. " + "; ".join(facts)) if facts else "Done." if task.meta.get("writes") else NOOP_ANSWER
+        await episode.calls(("answer", {"answer": answer}))
+        return episode.finish()
+
+
+class NoopPolicy(Policy):
+    """Answers at once without any tool call: the floor (0 on every task that needs a write)."""
+
+    name = "noop"
+
+    async def run(self, task: Task, tools: list[Tool]) -> Trajectory:
+        episode = ScriptedEpisode(task, tools, self.name)
+        await episode.calls(("answer", {"answer": NOOP_ANSWER}))
+        return episode.finish()
+
+
 # --- outcomes of the train split, the basis of every fitted baseline ---------------------------
 @dataclass
 class Outcomes:
@@ -281,6 +319,12 @@ def parse_policy(spec: str, env: Env, *, seed: int = 0,
         if orchestrator is None:
             raise UserError("--policy orchestrator:MODEL is not available here")
         return [orchestrator(argument)]
+    if kind in GOLD_POLICIES:
+        _no_argument(spec, argument)
+        if not has_gold_actions(env):
+            raise UserError(f"--policy {spec}: needs tasks that carry gold actions, which env {env.name!r} does "
+                            "not have; gold and noop run on toolscale:<domain> and toolscale:all")
+        return [GoldPolicy() if kind == "gold" else NoopPolicy()]
     if kind not in {"single", "random", "cheapest", "per-subtask", "cascade", "router", "oracle"}:
         raise UserError(f"--policy {spec!r}: unknown policy; valid: {', '.join(POLICY_FORMS)}")
     if not isinstance(env, RecordedWorld):

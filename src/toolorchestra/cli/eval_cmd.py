@@ -22,10 +22,10 @@ def register(app: typer.Typer) -> None:
 
 def eval_command(
     env: str = typer.Option(..., "--env", help="Environment: replay:routerbench | replay:frames | "
-                            "tau2:airline | tau2:retail | tau2:telecom."),
+                            "tau2:airline | tau2:retail | tau2:telecom | toolscale:DOMAIN | toolscale:all."),
     policy: Optional[str] = typer.Option(None, "--policy", help="single:MODEL | random | cheapest | per-subtask | "
                                          "cascade[:LAMBDA] | router[:THRESHOLD] (no threshold: sweep) | oracle | "
-                                         "orchestrator:MODEL. Required, except on tau2 (default: the pool's "
+                                         "orchestrator:MODEL | gold | noop (toolscale envs). Required, except on tau2 (default: the pool's "
                                          "orchestrator)."),
     out: Path = typer.Option(..., "--out", help="Output dir for run.json, trajectories.jsonl, metrics.json (tau2: "
                              "also tau2_results.json); rerunning into it resumes."),

@@ -49,6 +49,7 @@ class FinalAnswerTool(Tool):
 
 class ToolScaleEnv(Env):
     domain_names: tuple[str, ...] = DOMAINS
+    gold_actions = True  # tasks carry meta gold_actions and required_facts: the gold and noop policies apply
 
     def __init__(self, data_dir: Path | str, seed: int = 0) -> None:
         self.data_dir, self.seed = Path(data_dir), seed
