@@ -89,7 +89,7 @@ def run_eval(request: EvalRequest) -> dict[str, Any]:
         if unknown:
             raise UserError(f"--tools: unknown tool(s) {', '.join(unknown)}; {request.env} offers {', '.join(offered)}")
     policies = parse_policy(request.policy, env, seed=request.seed, orchestrator=_orchestrator_factory(request))
-    _claim_dir(request)
+    claim_dir(request.out, request.manifest())
     return asyncio.run(_evaluate_and_close(env, policies, tasks, request))
 
 
@@ -104,22 +104,25 @@ async def _evaluate_and_close(env: Env, policies: list[Policy], tasks: list[Task
             await policy.aclose()
 
 
-def _claim_dir(request: EvalRequest) -> None:
-    request.out.mkdir(parents=True, exist_ok=True)
-    manifest_path = request.out / MANIFEST
-    wanted = request.manifest()
+def claim_dir(out: Path, manifest: dict[str, Any], outputs: Sequence[str] = (TRAJECTORIES,)) -> None:
+    """Make `out` this run's dir, or check that it already is (then the run resumes where it stopped).
+    `manifest` says what the run is; `outputs` are the files whose presence without a manifest means the dir
+    holds some other run's results."""
+    out.mkdir(parents=True, exist_ok=True)
+    manifest_path = out / MANIFEST
     if manifest_path.exists():
         try:
             existing = json.loads(manifest_path.read_text())
         except json.JSONDecodeError:
             existing = None
-        if existing != wanted:
-            raise UserError(f"--out {request.out}: holds a different run ({manifest_path}: {existing}); "
-                            f"this run is {wanted}. Use another --out, or delete the dir to start over.")
+        if existing != manifest:
+            raise UserError(f"--out {out}: holds a different run ({manifest_path}: {existing}); "
+                            f"this run is {manifest}. Use another --out, or delete the dir to start over.")
         return
-    if (request.out / TRAJECTORIES).exists():
-        raise UserError(f"--out {request.out}: has {TRAJECTORIES} but no {MANIFEST}; use an empty dir")
-    manifest_path.write_text(json.dumps(wanted, indent=2) + "\n")
+    present = [name for name in outputs if (out / name).exists()]
+    if present:
+        raise UserError(f"--out {out}: has {', '.join(present)} but no {MANIFEST}; use an empty dir")
+    manifest_path.write_text(json.dumps(manifest, indent=2) + "\n")
 
 
 async def evaluate(env: Env, policies: Sequence[Policy], tasks: Sequence[Task], out: Path, *,

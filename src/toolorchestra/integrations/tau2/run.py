@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Callable, Coroutine, Iterator, Optional, 
 from toolorchestra.agent.preference import Preference
 from toolorchestra.agent.trajectory import Trajectory, read_trajectories, write_trajectory
 from toolorchestra.backends.pool import ModelPool
+from toolorchestra.bench.eval import claim_dir
 from toolorchestra.catalog.schema import Catalog
 from toolorchestra.errors import EvalError, UserError
 from toolorchestra.integrations.tau2.metrics import is_success, summarize_tau2
@@ -52,7 +53,6 @@ DEFAULT_MAX_ERRORS = 10
 RESULTS = "tau2_results.json"
 TRAJECTORIES = "trajectories.jsonl"
 METRICS = "metrics.json"
-MANIFEST = "run.json"
 EXPERT_TOOL_NAMES = ("call_expert", "expert")  # the catalog tool whose labels are the experts, in this order
 STOPPED = {"user_stop": "answer", "agent_stop": "answer", "max_steps": "max_turns"}  # tau2 -> our stop_reason
 
@@ -380,24 +380,6 @@ class Tau2Output:
             write_trajectory(self.trajectories_path, trajectory)
 
 
-def claim_dir(out: Path, manifest: dict[str, Any]) -> None:
-    """Make `out` this run's dir, or check that it already is (then the run resumes)."""
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / MANIFEST
-    if path.exists():
-        try:
-            existing = json.loads(path.read_text())
-        except json.JSONDecodeError:
-            existing = None
-        if existing != manifest:
-            raise UserError(f"--out {out}: holds a different run ({path}: {existing}); this run is {manifest}. "
-                            "Use another --out, or delete the dir to start over.")
-        return
-    if (out / TRAJECTORIES).exists() or (out / RESULTS).exists():
-        raise UserError(f"--out {out}: has results but no {MANIFEST}; use an empty dir")
-    path.write_text(json.dumps(manifest, indent=2) + "\n")
-
-
 # ---- the run --------------------------------------------------------------------------------------------
 
 
@@ -432,7 +414,7 @@ def run_tau2_eval(request: Tau2EvalRequest, *, catalog: Optional[Catalog] = None
     if not tasks:
         raise UserError(f"--env {request.env}: no tasks selected")
     manifest = request.manifest(orchestrator, user)
-    claim_dir(request.out, manifest)
+    claim_dir(request.out, manifest, outputs=(TRAJECTORIES, RESULTS))
 
     from toolorchestra.integrations.tau2.agent import AgentSettings
 
