@@ -13,7 +13,7 @@ import time
 from typing import Any, Callable
 
 from toolorchestra.agent.preference import Preference
-from toolorchestra.agent.prompt import initial_messages, wording_for
+from toolorchestra.agent.prompt import initial_messages, task_rules, wording_for
 from toolorchestra.agent.trajectory import Step, Trajectory
 from toolorchestra.backends.base import Backend, Completion, ToolCall
 from toolorchestra.catalog.schema import Price
@@ -55,12 +55,9 @@ class Orchestrator:
         self.on_step = on_step
 
     def initial_messages(self, task: Task) -> list[dict[str, Any]]:
-        messages = initial_messages(list(self.tools.values()), task.prompt, self.preference, wording_for(task.id))
         # Envs whose tasks come with rules (a ToolScale domain policy) extend the system prompt with them.
-        rules = task.meta.get("system_prompt")
-        if isinstance(rules, str) and rules:
-            messages[0] = {**messages[0], "content": f"{messages[0]['content']}\n\n{rules}"}
-        return messages
+        return initial_messages(list(self.tools.values()), task.prompt, self.preference, wording_for(task.id),
+                                task_rules(task))
 
     async def run(self, task: Task) -> Trajectory:
         token = current_task.set(task)

@@ -59,7 +59,18 @@ def wording_for(task_id: str) -> int:
 
 
 def initial_messages(tools: list[Tool], question: str, preference: Preference,
-                     wording: int = 0) -> list[dict[str, Any]]:
-    """The first two messages of every episode (live loop, rollouts, SFT and label scoring alike)."""
-    return [{"role": "system", "content": system_prompt(tools)},
+                     wording: int = 0, rules: str | None = None) -> list[dict[str, Any]]:
+    """The first two messages of every episode (live loop, rollouts, SFT and label scoring alike).
+    `rules` (an env's task rules, e.g. a ToolScale domain policy) extend the system message: they are the
+    same for every task of a domain, so they stay inside the shared, cacheable prefix."""
+    system = system_prompt(tools)
+    if rules:
+        system = f"{system}\n\n{rules}"
+    return [{"role": "system", "content": system},
             {"role": "user", "content": user_message(question, preference, wording)}]
+
+
+def task_rules(task: Any) -> str | None:
+    """The rules a task's env asks to state in the system prompt (`task.meta["system_prompt"]`), if any."""
+    rules = task.meta.get("system_prompt") if hasattr(task, "meta") else None
+    return rules if isinstance(rules, str) and rules else None

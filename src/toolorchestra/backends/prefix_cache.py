@@ -35,7 +35,8 @@ def common_prefix_length(sequences: Sequence[Sequence[int]]) -> int:
 
 
 class PrefixCache:
-    def __init__(self) -> None:
+    def __init__(self, keep: int = KEEP) -> None:
+        self.keep = keep
         self._entries: OrderedDict[tuple[int, ...], list[tuple["torch.Tensor", "torch.Tensor"]]] = OrderedDict()
         self._lock = threading.Lock()
         self.hits = 0
@@ -66,6 +67,9 @@ class PrefixCache:
         return torch.tensor(ids), torch.tensor(mask), cache
 
     def _layers(self, model: Any, prefix: tuple[int, ...]) -> list[tuple["torch.Tensor", "torch.Tensor"]]:
+        """The prefix's per-layer (keys, values). A miss reuses the longest start it shares with a cached
+        prefix (e.g. the system prompt of another request over the same catalog, or this episode's previous
+        turn) and runs only the rest, so multi-turn episodes keep their cache from turn to turn."""
         import torch
         from transformers import DynamicCache
 
@@ -74,13 +78,30 @@ class PrefixCache:
                 self._entries.move_to_end(prefix)
                 self.hits += 1
                 return self._entries[prefix]
-        cache = DynamicCache(config=model.config)
+            reused, base = 0, None
+            for key, layers in self._entries.items():
+                common = common_prefix_length((key, prefix))
+                if common > reused:
+                    reused, base = common, layers
+        if reused < MIN_SHARED_TOKENS:
+            reused, base = 0, None
+        elif reused == len(prefix):  # a start of a longer cached prefix: a view of its cache is enough
+            layers = [(keys[:, :, :reused], values[:, :, :reused]) for keys, values in base]
+            return self._store(prefix, layers, reused)
+        cache = DynamicCache(config=model.config) if base is None else DynamicCache(
+            ddp_cache_data=[(keys[:, :, :reused], values[:, :, :reused]) for keys, values in base],
+            config=model.config)
         with torch.inference_mode():
-            model(input_ids=torch.tensor([list(prefix)], device=model.device), past_key_values=cache,
-                  use_cache=True, logits_to_keep=1)
-        layers = [(layer.keys, layer.values) for layer in cache.layers]
+            model(input_ids=torch.tensor([list(prefix[reused:])], device=model.device), past_key_values=cache,
+                  use_cache=True, logits_to_keep=1,
+                  position_ids=torch.arange(reused, len(prefix), device=model.device).unsqueeze(0))
+        return self._store(prefix, [(layer.keys, layer.values) for layer in cache.layers], reused)
+
+    def _store(self, prefix: tuple[int, ...], layers: list[tuple["torch.Tensor", "torch.Tensor"]],
+               reused: int) -> list[tuple["torch.Tensor", "torch.Tensor"]]:
         with self._lock:
+            self.tokens_saved += reused
             self._entries[prefix] = layers
-            while len(self._entries) > KEEP:
+            while len(self._entries) > self.keep:
                 self._entries.popitem(last=False)
         return layers

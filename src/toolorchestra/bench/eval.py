@@ -48,6 +48,7 @@ class EvalRequest:
     out: Path
     split: str = "test"
     limit: int | None = None
+    per_subtask: int | None = None
     concurrency: int = 8
     seed: int = 0
     data_dir: Path | None = None
@@ -63,6 +64,8 @@ class EvalRequest:
     def manifest(self) -> dict[str, Any]:
         """What must match for a rerun into the same dir to resume it."""
         fields = {"env": self.env, "split": self.split, "policy": self.policy, "seed": self.seed}
+        if self.per_subtask is not None:
+            fields["per_subtask"] = self.per_subtask
         if self.judge:
             fields["judge"] = self.judge
         if self.policy.startswith("orchestrator:"):
@@ -80,7 +83,12 @@ def run_eval(request: EvalRequest) -> dict[str, Any]:
     if request.concurrency < 1:
         raise UserError(f"--concurrency {request.concurrency}: expected at least 1")
     env = make_env(request.env, request.data_dir, **_env_options(request))
-    tasks = env.tasks(request.split)[: request.limit]
+    if request.per_subtask is not None and request.per_subtask < 1:
+        raise UserError(f"--per-subtask {request.per_subtask}: expected a positive number of tasks")
+    tasks = env.tasks(request.split)
+    if request.per_subtask is not None:
+        tasks = first_per_subtask(tasks, request.per_subtask)
+    tasks = tasks[: request.limit]
     if not tasks:
         raise UserError(f"--env {request.env} --split {request.split}: no tasks")
     if request.tools:
@@ -91,6 +99,18 @@ def run_eval(request: EvalRequest) -> dict[str, Any]:
     policies = parse_policy(request.policy, env, seed=request.seed, orchestrator=_orchestrator_factory(request))
     claim_dir(request.out, request.manifest())
     return asyncio.run(_evaluate_and_close(env, policies, tasks, request))
+
+
+def first_per_subtask(tasks: Sequence[Task], count: int) -> list[Task]:
+    """The first `count` tasks of every subtask (e.g. each toolscale domain/family), in the split's order: a
+    small sample that covers every kind of task, where the first N tasks would be one domain's lookups."""
+    taken: dict[str | None, int] = {}
+    chosen = []
+    for task in tasks:
+        if taken.get(task.subtask, 0) < count:
+            taken[task.subtask] = taken.get(task.subtask, 0) + 1
+            chosen.append(task)
+    return chosen
 
 
 async def _evaluate_and_close(env: Env, policies: list[Policy], tasks: list[Task],

@@ -28,13 +28,14 @@ from toolorchestra.agent.trajectory import Step, Trajectory
 from toolorchestra.backends.base import Backend, ToolCall
 from toolorchestra.catalog.schema import Price
 from toolorchestra.envs.base import Env, Task
+from toolorchestra.envs.toolscale.tasks import REFUSAL_ANSWER, gold_answer
 from toolorchestra.errors import UserError
 from toolorchestra.tools.base import Tool, ToolContext, ToolResult
 
 POLICY_FORMS = ("single:MODEL", "random", "cheapest", "per-subtask", "cascade[:LAMBDA]", "router[:THRESHOLD]",
                 "oracle", "orchestrator:MODEL", "gold", "noop")
 GOLD_POLICIES = ("gold", "noop")
-NOOP_ANSWER = "I cannot help with that."
+NOOP_ANSWER = REFUSAL_ANSWER
 DEFAULT_CASCADE_LAMBDA = 0.1
 MIN_SUBTASK_TRAIN = 30  # fewer train tasks than this: a subtask uses the parameters fit on all of train
 
@@ -209,9 +210,7 @@ class GoldPolicy(Policy):
         episode = ScriptedEpisode(task, tools, self.name)
         for action in task.meta["gold_actions"]:
             await episode.calls((action["name"], dict(action["arguments"])))
-        facts = [str(fact) for fact in task.meta.get("required_facts") or []]
-        answer = ("Done. " + "; ".join(facts)) if facts else "Done." if task.meta.get("writes") else NOOP_ANSWER
-        await episode.calls(("answer", {"answer": answer}))
+        await episode.calls(("answer", {"answer": gold_answer(task)}))
         return episode.finish()
 
 

@@ -32,6 +32,8 @@ def eval_command(
     split: Optional[str] = typer.Option(None, "--split", help="replay: train | test (default test). tau2: a tau2 "
                                         "task split (default base, the leaderboard's)."),
     limit: Optional[int] = typer.Option(None, "--limit", help="Only the first N tasks (a fixed mixed order)."),
+    per_subtask: Optional[int] = typer.Option(None, "--per-subtask", help="Only the first N tasks of each subtask "
+                                              "(toolscale: domain/family), before --limit."),
     concurrency: int = typer.Option(8, "--concurrency", help="Episodes in flight at once (tau2: simulations)."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed of the random policy and of fitted baselines "
                                        "(default 0); tau2: of the trials (default 300, tau2's)."),
@@ -78,6 +80,7 @@ def eval_command(
     if policy is None:
         raise UserError(f"--policy is required for --env {env}")
     request = EvalRequest(env=env, policy=policy, out=out, split=split or "test", limit=limit,
+                          per_subtask=per_subtask,
                           concurrency=concurrency, seed=0 if seed is None else seed, data_dir=data_dir,
                           config=config, prefer=prefer, max_turns=max_turns,
                           max_tokens=max_tokens, delay_s=delay, progress=not no_progress, judge=judge,

@@ -64,6 +64,10 @@ class ActorConfig(_Strict):
     loss_agg_mode: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = "token-mean"
     entropy_coeff: float = 0.0
     grad_clip: float = Field(1.0, gt=0)
+    stop_gradient_prefix: bool = Field(
+        False, description="score each micro-batch over its rows' shared prompt prefix, run once without gradient "
+        "(train/prefix.py): the same log-probs, no gradient into the prompt's keys/values; for long fixed "
+        "prompts such as a ToolScale policy and its tool schemas (set ppo_micro_batch_size to rollout.n)")
     optim: OptimConfig = Field(default_factory=OptimConfig)
 
 
@@ -85,6 +89,9 @@ class RolloutConfig(_Strict):
     share_prompt_prefill: bool = Field(
         True, description="prefill each task's prompt once and copy its KV cache to the group's n episodes"
     )
+    cache_prompt_prefix: bool = Field(
+        False, description="keep the KV cache of the prompt prefix a generation batch shares, and of each "
+        "episode's earlier turns, for the rest of the step's rollouts (weights do not change during them)")
     orchestrator_latency: LatencyConfig = Field(default_factory=LatencyConfig)
 
 
@@ -171,13 +178,18 @@ class SFTConfig(_Strict):
     batch_size: int = Field(8, ge=1)
     lr: float = Field(1e-4, gt=0)
     max_tasks: int = Field(64, ge=1, description="train tasks used to build examples")
+    targets: Literal["answer_labels", "gold_actions"] = Field(
+        "answer_labels", description="answer_labels: the best answer call found by trying every label (replay "
+        "worlds); gold_actions: whole multi-turn episodes replaying the task's gold actions as tool calls, then "
+        "the gold answer (toolscale), tool outputs masked out of the loss")
     tie_break: Literal["random", "first"] = Field(
         "random", description="among equally rewarded correct labels, the target is a random one (first: the "
         "first in the offered order, which teaches 'pick the first label')")
 
 
 class TrainerConfig(_Strict):
-    total_training_steps: int = Field(10, ge=1)
+    total_training_steps: int = Field(10, ge=0, description="GRPO steps; 0 = the SFT warm start only (saved as "
+                                      "checkpoint step_0, a start for model.init_checkpoint)")
     save_freq: int = Field(5, ge=1, description="checkpoint every N steps (and at the end)")
     default_local_dir: str = Field("runs/train", description="checkpoints, metrics.jsonl, tensorboard/")
     experiment_name: str = "routerbench-smollm2"
@@ -204,6 +216,9 @@ class TrainConfig(_Strict):
                 "actor.use_kl_loss needs LoRA (model.lora_rank > 0): the reference policy is the model with its "
                 "adapter disabled, so full fine-tuning has no reference without a second copy"
             )
+        if self.trainer.total_training_steps == 0 and self.sft.steps == 0:
+            raise ValueError("trainer.total_training_steps is 0 and sft.steps is 0: nothing to train; set "
+                             "sft.steps for an SFT-only run or total_training_steps for GRPO")
         if self.data.train_batch_size % self.actor.ppo_mini_batch_size:
             raise ValueError(
                 f"actor.ppo_mini_batch_size ({self.actor.ppo_mini_batch_size}) must divide "

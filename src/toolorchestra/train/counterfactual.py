@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from toolorchestra.agent.loop import _tool_step, current_task
 from toolorchestra.agent.preference import Preference
-from toolorchestra.agent.prompt import initial_messages
+from toolorchestra.agent.prompt import initial_messages, task_rules
 from toolorchestra.agent.trajectory import Trajectory
 from toolorchestra.backends.base import ToolCall
 from toolorchestra.backends.toolcalls import render_tool_call
@@ -134,7 +134,7 @@ class CounterfactualLearner:
 
         trainer = self.trainer
         messages = initial_messages(draw.tools, question_text(draw.task, trainer.config.data.max_question_chars),
-                                    draw.preference, draw.wording)
+                                    draw.preference, draw.wording, task_rules(draw.task))
         return trainer.rollout.renderer.prompt_ids(messages, [tool.schema() for tool in draw.tools])
 
     def call_ids(self, outcome: LabelOutcomes) -> list[list[int]]:

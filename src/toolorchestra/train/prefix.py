@@ -207,3 +207,53 @@ def _right_pad(sequences: Sequence[Sequence[int]], pad_id: int, device: Any) -> 
         ids[row, :len(sequence)] = torch.tensor(list(sequence), dtype=torch.long)
         mask[row, :len(sequence)] = 1
     return ids.to(device), mask.to(device)
+
+
+def prefix_token_logprobs(model: Any, input_ids: "torch.Tensor", attention_mask: "torch.Tensor",
+                          mask: "torch.Tensor", temperature: float = 1.0, with_entropy: bool = False,
+                          min_shared: int = 64) -> tuple["torch.Tensor", "torch.Tensor | None"]:
+    """`grpo.token_logprobs` for right-padded rows that share a long prompt prefix (a ToolScale domain's policy
+    and tool schemas: thousands of tokens before each row's own question and turns).
+
+    The shared prefix runs once, without gradient, and every row's remainder runs over its KV cache. The
+    log-probs are the same numbers as a full pass per row; the gradient is not: nothing flows into the
+    prefix's keys and values (a stop-gradient through the fixed prompt), the price of not back-propagating
+    through thousands of prompt tokens per row. Rows that share fewer than `min_shared` tokens before the
+    first scored token fall back to the full pass."""
+    import torch
+
+    from toolorchestra.train.grpo import _logprobs_of, token_logprobs
+
+    rows, width = input_ids.shape
+    lengths = attention_mask.sum(-1).tolist()
+    scored = mask.bool()
+    first_scored = [int(row.nonzero()[0]) if row.any() else width - 1 for row in scored]
+    sequences = [input_ids[row, :lengths[row]].tolist() for row in range(rows)]
+    shared = min(common_prefix_length(sequences), min(first_scored), min(lengths) - 1)
+    if shared < min_shared:
+        return token_logprobs(model, input_ids, attention_mask, temperature, with_entropy=with_entropy, mask=mask)
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    decoder, head = base.get_decoder(), base.get_output_embeddings()
+    with torch.no_grad():
+        cache = _new_cache(base)
+        decoder(input_ids=input_ids[:1, :shared], past_key_values=cache, use_cache=True)
+        layers = [(layer.keys.expand(rows, -1, -1, -1), layer.values.expand(rows, -1, -1, -1))
+                  for layer in cache.layers]
+    from transformers import DynamicCache
+
+    cache = DynamicCache(ddp_cache_data=layers, config=base.config)
+    attention = torch.cat([torch.ones((rows, shared), dtype=attention_mask.dtype, device=attention_mask.device),
+                           attention_mask[:, shared:]], dim=-1)
+    positions = torch.arange(shared, width, device=input_ids.device).expand(rows, -1)
+    hidden = decoder(input_ids=input_ids[:, shared:], attention_mask=attention, position_ids=positions,
+                     past_key_values=cache, use_cache=True)[0][:, :-1]
+    selected = scored[:, shared:]
+    values, entropy = _logprobs_of(head(hidden[selected]), input_ids[:, shared + 1:][selected], temperature,
+                                   with_entropy)
+    full = torch.zeros(scored.shape, dtype=values.dtype, device=values.device)
+    full[:, shared:] = full[:, shared:].masked_scatter(selected, values)
+    if entropy is not None:
+        entropies = torch.zeros(scored.shape, dtype=entropy.dtype, device=entropy.device)
+        entropies[:, shared:] = entropies[:, shared:].masked_scatter(selected, entropy)
+        entropy = entropies
+    return full, entropy

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from toolorchestra.agent.loop import NO_CALL_HINT, _tool_step, current_task
-from toolorchestra.agent.prompt import initial_messages
+from toolorchestra.agent.prompt import initial_messages, task_rules
 from toolorchestra.agent.trajectory import Step, Trajectory
 from toolorchestra.backends.base import ToolCall
 from toolorchestra.backends.toolcalls import parse_tool_calls, to_plain_messages
@@ -142,6 +142,7 @@ class RolloutEngine:
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.renderer.end_of_turn_id
         self.prefill_stats = {"prefill_tokens": 0, "prefill_tokens_saved": 0}
         self._loop = asyncio.new_event_loop()
+        self._prefix_cache: Any = None
 
     def close(self) -> None:
         self._loop.close()
@@ -152,7 +153,7 @@ class RolloutEngine:
         for group, draw in enumerate(draws):
             schemas = [tool.schema() for tool in draw.tools]
             messages = initial_messages(draw.tools, question_text(draw.task, self.max_question_chars),
-                                        draw.preference, draw.wording)
+                                        draw.preference, draw.wording, task_rules(draw.task))
             prompt_ids = self.renderer.prompt_ids(messages, schemas)
             for _ in range(self.config.n):
                 trajectory = Trajectory(task_id=draw.task.id, env=self.env.name, split=draw.task.split,
@@ -167,6 +168,23 @@ class RolloutEngine:
     def run(self, draws: list[PromptDraw]) -> list[Episode]:
         """Play every draw `rollout.n` times to the end and score the episodes."""
         episodes = self.start(draws)
+        self._prefix_cache = None
+        if self.config.cache_prompt_prefix:
+            from toolorchestra.backends.prefix_cache import PrefixCache
+
+            # Valid for this call only: the weights change after it. Two entries per chunk: this turn's
+            # and the previous turn's, from which the next turn's prefix is extended.
+            chunks = -(-len(episodes) // self.config.generation_batch_size)
+            self._prefix_cache = PrefixCache(keep=max(4, 2 * chunks))
+        try:
+            self._play(episodes)
+        finally:
+            self._prefix_cache = None
+        for episode in episodes:
+            self._score(episode)
+        return episodes
+
+    def _play(self, episodes: list[Episode]) -> None:
         for turn in range(self.config.max_assistant_turns):
             active = [episode for episode in episodes if not episode.done and self._room(episode) > 0]
             for episode in episodes:
@@ -181,8 +199,6 @@ class RolloutEngine:
         for episode in episodes:
             if not episode.done:
                 self._stop(episode, capped=False)
-            self._score(episode)
-        return episodes
 
     def _room(self, episode: Episode) -> int:
         return min(self.config.response_length, self.config.max_episode_tokens - len(episode.token_ids))
@@ -295,9 +311,18 @@ class RolloutEngine:
         sequences = [episode.token_ids for episode in chunk]
         input_ids, attention = _left_pad(sequences, self.pad_id, device)
         kwargs: dict[str, Any] = {}
-        copies = self._identical_runs(chunk) if share_prefill else None
-        if copies is not None and input_ids.shape[1] > 1:
-            kwargs["past_key_values"] = self._shared_prefill(input_ids, attention, copies)
+        cached = None
+        if self._prefix_cache is not None:  # [shared prefix][padding][own suffix], prefix KV kept across turns
+            saved_before = self._prefix_cache.tokens_saved
+            cached = self._prefix_cache.layout(self.model, sequences, self.pad_id)
+            self.prefill_stats["prefill_tokens_saved"] += self._prefix_cache.tokens_saved - saved_before
+        if cached is not None:
+            input_ids, attention, kwargs["past_key_values"] = cached
+            input_ids, attention = input_ids.to(device), attention.to(device)
+        else:
+            copies = self._identical_runs(chunk) if share_prefill else None
+            if copies is not None and input_ids.shape[1] > 1:
+                kwargs["past_key_values"] = self._shared_prefill(input_ids, attention, copies)
         self.prefill_stats["prefill_tokens"] += int(attention.sum())
         with torch.no_grad():
             output = self.model.generate(

@@ -17,7 +17,7 @@ import random
 from typing import TYPE_CHECKING, Any, Callable
 
 from toolorchestra.agent.loop import _tool_step, current_task
-from toolorchestra.agent.prompt import initial_messages
+from toolorchestra.agent.prompt import initial_messages, task_rules
 from toolorchestra.agent.trajectory import Trajectory
 from toolorchestra.backends.base import ToolCall
 from toolorchestra.backends.toolcalls import render_tool_call
@@ -32,7 +32,17 @@ if TYPE_CHECKING:
     from toolorchestra.train.trainer import Trainer
 
 
-def build_examples(trainer: "Trainer", errors: list[str] | None = None) -> list[tuple[list[int], list[int]]]:
+Example = tuple[list[int], list[int]]  # (token ids, loss mask)
+
+
+def build_examples(trainer: "Trainer", errors: list[str] | None = None) -> list[Example]:
+    """The warm start's examples for `sft.targets` (answer_labels or gold_actions)."""
+    if trainer.config.sft.targets == "gold_actions":
+        return build_gold_examples(trainer, errors)
+    return build_answer_examples(trainer, errors)
+
+
+def build_answer_examples(trainer: "Trainer", errors: list[str] | None = None) -> list[Example]:
     """(token ids, loss mask) pairs of oracle answer calls. Uses a copy of the sampler's RNG state so the
     GRPO prompt stream is the same with or without the warm start. The errors of the answer calls tried are
     appended to `errors` when given."""
@@ -49,13 +59,77 @@ def build_examples(trainer: "Trainer", errors: list[str] | None = None) -> list[
             if call is None:
                 continue
             messages = initial_messages(draw.tools, question_text(task, trainer.config.data.max_question_chars),
-                                        draw.preference, draw.wording)
+                                        draw.preference, draw.wording, task_rules(task))
             prompt = renderer.prompt_ids(messages, [tool.schema() for tool in draw.tools])
             target = renderer.encode(render_tool_call(call)) + [renderer.end_of_turn_id]
             examples.append((prompt + target, [0] * len(prompt) + [1] * len(target)))
     finally:
         loop.close()
     return examples
+
+
+def build_gold_examples(trainer: "Trainer", errors: list[str] | None = None) -> list[Example]:
+    """Whole episodes that replay each task's gold actions (toolscale: `meta["gold_actions"]`), one tool call
+    per turn, through the drawn tools, then answer with the gold reply. Rendered token for token as the
+    rollout engine renders an episode: the policy's calls carry loss mask 1, the prompt, the template text
+    between turns and the tool outputs 0. A task whose gold action fails here gives no example (its error
+    goes to `errors`)."""
+    from toolorchestra.envs.toolscale.tasks import gold_answer
+    from toolorchestra.train.sampler import TaskSampler
+
+    sampler = TaskSampler(trainer.env, trainer.tasks, trainer.config.sampler, trainer.config.seed + 1)
+    # A seeded sample, not the first tasks: a toolscale split is ordered by domain.
+    count = min(trainer.config.sft.max_tasks, len(trainer.tasks))
+    tasks = random.Random(trainer.config.seed).sample(trainer.tasks, count)
+    examples = []
+    loop = asyncio.new_event_loop()
+    try:
+        for task in tasks:
+            actions = task.meta.get("gold_actions")
+            if not isinstance(actions, list):
+                continue
+            draw = sampler.draw(task)
+            calls = [ToolCall(id=f"call_{turn}", name=str(action["name"]), arguments=dict(action["arguments"]))
+                     for turn, action in enumerate(actions)]
+            calls.append(ToolCall(id=f"call_{len(actions)}", name="answer", arguments={"answer": gold_answer(task)}))
+            example = loop.run_until_complete(_gold_episode(trainer, draw, calls, errors))
+            if example is not None:
+                examples.append(example)
+    finally:
+        loop.close()
+    return examples
+
+
+async def _gold_episode(trainer: "Trainer", draw: PromptDraw, calls: list[ToolCall],
+                        errors: list[str] | None) -> Example | None:
+    renderer = trainer.rollout.renderer
+    tools = {tool.name: tool for tool in draw.tools}
+    messages = initial_messages(draw.tools, question_text(draw.task, trainer.config.data.max_question_chars),
+                                draw.preference, draw.wording, task_rules(draw.task))
+    ids = renderer.prompt_ids(messages, [tool.schema() for tool in draw.tools])
+    mask = [0] * len(ids)
+    token = current_task.set(draw.task)
+    try:
+        for call in calls:
+            turn = renderer.encode(render_tool_call(call)) + [renderer.end_of_turn_id]
+            ids, mask = ids + turn, mask + [1] * len(turn)
+            tool = tools.get(call.name)
+            result = await tool.run(call.arguments, ToolContext(task=draw.task)) if tool is not None else \
+                ToolResult(error=f"unknown tool {call.name!r}")
+            if result.error and call.name == "answer" or tool is None:
+                if errors is not None:
+                    errors.append(f"{draw.task.id}: {call.name}: {result.error}")
+                return None
+            if result.final:
+                return ids, mask
+            between = renderer.between_turns_ids([{"role": "tool", "tool_call_id": call.id, "name": call.name,
+                                                   "content": result.observation()}])
+            ids, mask = ids + between, mask + [0] * len(between)
+    finally:
+        current_task.reset(token)
+    if errors is not None:
+        errors.append(f"{draw.task.id}: the gold episode never reached the answer tool")
+    return None
 
 
 async def _best_answer_call(trainer: "Trainer", draw: PromptDraw, errors: list[str] | None = None) -> ToolCall | None:
@@ -102,8 +176,6 @@ def run_sft(trainer: "Trainer", on_step: Callable[[int, float], None] | None = N
     `on_step(step, loss)` is called after each step (the progress bar)."""
     import torch
 
-    from toolorchestra.train.grpo import token_logprobs
-
     config = trainer.config.sft
     errors: list[str] = []
     examples = build_examples(trainer, errors)
@@ -114,11 +186,15 @@ def run_sft(trainer: "Trainer", on_step: Callable[[int, float], None] | None = N
     generator = torch.Generator().manual_seed(trainer.config.seed)
     trainer.policy.train()
     losses = []
+    groups = _prompt_groups(examples) if config.targets == "gold_actions" else [list(range(len(examples)))]
     for _ in range(config.steps):
-        picks = torch.randint(len(examples), (config.batch_size,), generator=generator).tolist()
-        batch = [examples[index] for index in picks]
+        # One prompt group per batch (a ToolScale domain: same policy and tool schemas), so that with
+        # actor.stop_gradient_prefix its long shared prompt runs once per step.
+        group = groups[int(torch.randint(len(groups), (1,), generator=generator))] if len(groups) > 1 else groups[0]
+        picks = torch.randint(len(group), (config.batch_size,), generator=generator).tolist()
+        batch = [examples[group[index]] for index in picks]
         ids, attention, mask = _pad(batch, trainer.rollout.pad_id, trainer.policy.device)
-        logprobs, _ = token_logprobs(trainer.policy, ids, attention, mask=mask)
+        logprobs, _ = trainer._logprobs(ids, attention, mask, 1.0)
         loss = -(logprobs * mask).sum() / mask.sum().clamp(min=1)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(parameters, trainer.config.actor.grad_clip)
@@ -132,6 +208,15 @@ def run_sft(trainer: "Trainer", on_step: Callable[[int, float], None] | None = N
             "sft_loss_last": losses[-1]}
 
 
+def _prompt_groups(examples: list[Example], min_shared: int = 256) -> list[list[int]]:
+    """Indices of examples grouped by a shared prompt start of `min_shared` tokens (one group per ToolScale
+    domain), in first-seen order."""
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for index, (ids, _) in enumerate(examples):
+        groups.setdefault(tuple(ids[:min_shared]), []).append(index)
+    return list(groups.values())
+
+
 def _no_examples_message(trainer: "Trainer", errors: list[str]) -> str:
     from toolorchestra.train.health import first_distinct, format_errors
 
@@ -139,7 +224,7 @@ def _no_examples_message(trainer: "Trainer", errors: list[str]) -> str:
     message = (f"the SFT warm start (sft.steps: {trainer.config.sft.steps}) found no example in the first {tasks} "
                f"training tasks of {trainer.config.data.env}")
     if errors:
-        return (f"{message}: {len(errors)} answer calls failed. First errors: "
+        return (f"{message}: {len(errors)} attempts failed. First errors: "
                 f"{format_errors(first_distinct(errors))}")
     return (f"{message}: no answer-tool label answered any of them correctly (or the env offers no answer tool "
             "with labels); set sft.steps: 0 to train without the warm start")

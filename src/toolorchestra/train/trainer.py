@@ -219,7 +219,7 @@ class Trainer:
     def _update(self, episodes: list[Episode]) -> dict[str, float]:
         import torch
 
-        from toolorchestra.train.grpo import policy_loss, token_logprobs
+        from toolorchestra.train.grpo import policy_loss
 
         actor = self.config.actor
         temperature = self.config.rollout.temperature
@@ -239,9 +239,8 @@ class Trainer:
                 global_tokens = int(batch["mask"][minibatch].sum())
                 for start in range(0, len(minibatch), actor.ppo_micro_batch_size):
                     rows = minibatch[start:start + actor.ppo_micro_batch_size]
-                    logprobs, entropy = token_logprobs(self.policy, batch["ids"][rows], batch["attention"][rows],
-                                                       temperature, with_entropy=on_policy,
-                                                       mask=batch["mask"][rows])
+                    logprobs, entropy = self._logprobs(batch["ids"][rows], batch["attention"][rows],
+                                                       batch["mask"][rows], temperature, with_entropy=on_policy)
                     if on_policy:
                         old = logprobs.detach()
                         entropy_sum += float((entropy * batch["mask"][rows]).sum())
@@ -282,13 +281,23 @@ class Trainer:
             "train_episodes": len(episodes),
         }
 
+    def _logprobs(self, ids: Any, attention: Any, mask: Any, temperature: float,
+                  with_entropy: bool = False) -> tuple[Any, Any]:
+        """Per-token log-probs of the policy tokens, over a shared prompt prefix run once when
+        actor.stop_gradient_prefix is set (train/prefix.py)."""
+        if self.config.actor.stop_gradient_prefix:
+            from toolorchestra.train.prefix import prefix_token_logprobs
+
+            return prefix_token_logprobs(self.policy, ids, attention, mask, temperature, with_entropy)
+        from toolorchestra.train.grpo import token_logprobs
+
+        return token_logprobs(self.policy, ids, attention, temperature, with_entropy=with_entropy, mask=mask)
+
     def _reference_passes(self, batch: dict[str, Any], temperature: float,
                           record_old: bool) -> tuple[Any, Any, float]:
         """Log-probs of the policy before the update (and entropy) if `record_old`, and of the reference
         (adapter disabled) if the KL loss is on."""
         import torch
-
-        from toolorchestra.train.grpo import token_logprobs
 
         micro = self.config.actor.ppo_micro_batch_size
         old_parts, ref_parts = [], []
@@ -297,14 +306,14 @@ class Trainer:
             for start in range(0, batch["ids"].shape[0], micro):
                 rows = slice(start, start + micro)
                 if record_old:
-                    logprobs, entropy = token_logprobs(self.policy, batch["ids"][rows], batch["attention"][rows],
-                                                       temperature, with_entropy=True, mask=batch["mask"][rows])
+                    logprobs, entropy = self._logprobs(batch["ids"][rows], batch["attention"][rows],
+                                                       batch["mask"][rows], temperature, with_entropy=True)
                     old_parts.append(logprobs)
                     entropy_sum += float((entropy * batch["mask"][rows]).sum())
                 if self.config.actor.use_kl_loss:
                     with self.policy.disable_adapter():
-                        ref, _ = token_logprobs(self.policy, batch["ids"][rows], batch["attention"][rows],
-                                                temperature, mask=batch["mask"][rows])
+                        ref, _ = self._logprobs(batch["ids"][rows], batch["attention"][rows],
+                                                batch["mask"][rows], temperature)
                     ref_parts.append(ref)
         old = torch.cat(old_parts) if old_parts else None
         return old, (torch.cat(ref_parts) if ref_parts else None), entropy_sum
@@ -323,6 +332,8 @@ class Trainer:
                 progress.update(bar, status="SFT warm start: building examples")
                 self.warm_start(lambda step, loss: progress.update(
                     bar, status=f"SFT warm start {step}/{self.config.sft.steps} loss {loss:.3f}"))
+                if total == 0:
+                    self.save()  # SFT only: its weights as checkpoint step_0
             while self.global_step < total:
                 metrics = self.step()
                 history.append(metrics)

@@ -77,6 +77,18 @@ def contains_fact(text: str, fact: str) -> bool:
     return any(float(number) == wanted for number in NUMBER.findall(text.replace(",", "")))
 
 
+REFUSAL_ANSWER = "I cannot help with that."
+
+
+def gold_answer(task: Task) -> str:
+    """The reply that ends a gold episode: the facts the task requires, "Done." after writes, else a
+    refusal (the gold agent, the SFT targets and the tests all use this one text)."""
+    facts = [str(fact) for fact in task.meta.get("required_facts") or []]
+    if facts:
+        return "Done. " + "; ".join(facts)
+    return "Done." if task.meta.get("writes") else REFUSAL_ANSWER
+
+
 def humanize(path: str) -> str:
     return path.replace(".", " ").replace("_", " ")
 
