@@ -74,7 +74,7 @@ class VerlSettings(_Strict):
 
 
 class VerlConfig(_Strict):
-    seed: int = Field(0, description="the sampler's seed in `verl prepare` and verl's data shuffling seed")
+    seed: int = 0  # the sampler's seed in `verl prepare`, and verl's data shuffling seed
     data: VerlData = Field(default_factory=VerlData)  # type: ignore[valid-type]
     model: VerlModel = Field(default_factory=VerlModel)  # type: ignore[valid-type]
     actor: VerlActor = Field(default_factory=VerlActor)  # type: ignore[valid-type]
