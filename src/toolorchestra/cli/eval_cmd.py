@@ -53,6 +53,12 @@ def eval_command(
     delay: float = typer.Option(0.0, "--delay", min=0.0, hidden=True,
                                 help="Sleep this many seconds before each episode (tests kill a run mid-way)."),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
+    use_ray: bool = typer.Option(False, "--ray", help="Run episodes on Ray actors (a local Ray unless "
+                                 "--ray-address); resume and metrics as without it (needs the ray extra)."),
+    num_workers: int = typer.Option(2, "--num-workers", min=1, help="--ray: actors, each with --concurrency "
+                                    "episodes in flight."),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="--ray: a Ray cluster to join "
+                                              "(e.g. auto, or ray://HEAD:10001); default: start a local one."),
     task_ids: Optional[str] = typer.Option(None, "--task-ids", help="tau2: comma-separated task ids (any split)."),
     num_trials: int = typer.Option(1, "--num-trials", help="tau2: trials per task (pass^k for k = 1..K)."),
     max_steps: int = typer.Option(200, "--max-steps", help="tau2: simulation step cap (tau2's max_steps)."),
@@ -84,7 +90,8 @@ def eval_command(
                           concurrency=concurrency, seed=0 if seed is None else seed, data_dir=data_dir,
                           config=config, prefer=prefer, max_turns=max_turns,
                           max_tokens=max_tokens, delay_s=delay, progress=not no_progress, judge=judge,
-                          tools=[name.strip() for name in tools.split(",") if name.strip()] if tools else None)
+                          tools=[name.strip() for name in tools.split(",") if name.strip()] if tools else None,
+                          ray=use_ray, num_workers=num_workers, ray_address=ray_address)
     metrics = run_eval(request)
     _print_metrics(metrics, out)
     _fail_if_every_episode_failed(metrics)

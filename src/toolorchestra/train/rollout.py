@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +35,9 @@ from toolorchestra.train.sampler import PromptDraw
 
 if TYPE_CHECKING:
     import torch
+
+Sampler = Callable[[list[int], int], Awaitable[Sequence[int]]]
+"""A policy for `RolloutEngine.play`: (episode token ids so far, max new tokens) -> the new token ids."""
 
 
 @dataclass
@@ -199,6 +203,27 @@ class RolloutEngine:
         for episode in episodes:
             if not episode.done:
                 self._stop(episode, capped=False)
+
+    async def play(self, episode: Episode, sample: Sampler) -> Episode:
+        """Play one episode to the end with `sample(token_ids, max_new_tokens)` as the policy, then score it.
+
+        The turn logic is `run`'s, one episode at a time: where `run` samples a whole batch with
+        `model.generate`, an external rollout server (verl's vLLM/SGLang servers, integrations/verl) samples
+        here. `sample` returns the new ids; they are cut at the first end-of-turn and to the room left."""
+        for turn in range(self.config.max_assistant_turns):
+            room = self._room(episode)
+            if room <= 0:
+                self._stop(episode, capped=True)
+                break
+            ids = self._cut(list(await sample(list(episode.token_ids), room)), room)
+            self._append_policy_turn(episode, ids)
+            await self._act(episode, turn, ids)
+            if episode.done:
+                break
+        if not episode.done:
+            self._stop(episode, capped=False)
+        self._score(episode)
+        return episode
 
     def _room(self, episode: Episode) -> int:
         return min(self.config.response_length, self.config.max_episode_tokens - len(episode.token_ids))

@@ -6,7 +6,8 @@ For every prompt it draws, from one seeded `random.Random`:
 - which non-answer tools are offered;
 - the preference: most accurate, minimize cost, minimize latency, or "use label X".
 The preference is stated in the system prompt (agent/prompt.py), the same text evaluation uses.
-The sampler's whole state (RNG, epoch order, position) is a JSON-able dict for checkpoints.
+The sampler's whole state (RNG, epoch order, position) is a JSON-able dict for checkpoints, and one draw is
+a JSON-able record (`draw_record` / `draw_from_record`) that other trainers' data files carry (verl's parquet).
 """
 
 from __future__ import annotations
@@ -144,6 +145,40 @@ class TaskSampler:
         self.epoch = int(state["epoch"])
         self.position = int(state["position"])
         self.order = [int(index) for index in state["order"]]
+
+
+def draw_record(draw: PromptDraw) -> dict[str, Any]:
+    """What `draw` offers and asks for, as JSON-able data: the task, the tools in order (an LLM tool with the
+    labels it shows and the model behind each), the price factor of each offered model, the preference and
+    its wording. `draw_from_record` rebuilds the same draw from it and the env."""
+    tools = [{"name": tool.name, "labels": dict(tool.labels) if isinstance(tool, LLMTool) and tool.labels else None}
+             for tool in draw.tools]
+    return {"task_id": draw.task.id, "split": draw.task.split, "tools": tools,
+            "price_factors": dict(draw.price_factors), "preference": draw.preference.model_dump(mode="json"),
+            "wording": draw.wording}
+
+
+def draw_from_record(env: Env, task: Task, record: dict[str, Any]) -> PromptDraw:
+    """The draw `draw_record` wrote for `task`: the env's tools, relabelled and repriced as recorded."""
+    base = {tool.name: tool for tool in env.tools_for(task)}
+    factors = {str(model): float(factor) for model, factor in record["price_factors"].items()}
+    repriced: dict[int, ModelPool] = {}
+    tools: list[Tool] = []
+    for entry in record["tools"]:
+        tool = base.get(entry["name"])
+        if tool is None:
+            raise ValueError(f"tools: env {env.name!r} offers no tool {entry['name']!r} for task {task.id!r}; "
+                             f"it offers {sorted(base)}")
+        labels = entry.get("labels")
+        if labels and isinstance(tool, LLMTool):
+            pool = repriced.get(id(tool.pool))
+            if pool is None:
+                pool = repriced[id(tool.pool)] = _repriced_pool(tool.pool, factors)
+            tool = type(tool)(tool.name, tool.description, {str(k): str(v) for k, v in labels.items()}, pool,
+                              tool.max_tokens)
+        tools.append(tool)
+    return PromptDraw(task=task, tools=tools, preference=Preference.model_validate(record["preference"]),
+                      price_factors=factors, wording=int(record.get("wording", 0)))
 
 
 def _models_behind(tools: list[Tool]) -> list[str]:

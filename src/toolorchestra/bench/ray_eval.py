@@ -1,0 +1,125 @@
+"""Ray-parallel evaluation (`toolorchestra eval --ray [--num-workers N] [--ray-address ADDR]`).
+
+The driver claims the output dir, skips finished episodes and writes trajectories.jsonl, metrics.json and
+decisions.csv exactly as `evaluate` does (bench/eval.py), so resume and metrics are unchanged and a run may
+mix plain and Ray sessions. The pending tasks go in small chunks to N Ray actors; each actor builds its
+own env and policies from the request (they hold backends and models, which do not cross processes) and
+plays its chunk with the request's asyncio concurrency. Ray is local unless an address is given
+("auto" joins the cluster this machine belongs to).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Sequence
+
+from toolorchestra.bench.eval import (METRICS, TRAJECTORIES, EvalRequest, _env_options, _finished, _orchestrator_factory,
+                                      collect_metrics, drop_torn_tail, run_episode)
+from toolorchestra.envs.base import Task
+from toolorchestra.errors import UserError
+
+CHUNKS_PER_WORKER = 4
+
+
+def run_eval_ray(request: EvalRequest, policies: Sequence[Any], tasks: Sequence[Task]) -> dict[str, Any]:
+    """Play the pending episodes on Ray actors; write and return the metrics as `evaluate` does."""
+    from toolorchestra.agent.trajectory import write_trajectory
+    from toolorchestra.bench.decisions import write_eval_decisions
+
+    if request.num_workers < 1:
+        raise UserError(f"--num-workers {request.num_workers}: expected at least 1")
+    path = request.out / TRAJECTORIES
+    drop_torn_tail(path)
+    done = _finished(path)
+    pending = [task.id for task in tasks if any((policy.name, task.id) not in done for policy in policies)]
+    if pending:
+        for trajectory in _play_on_ray(_portable(request), pending, done):
+            write_trajectory(path, trajectory)
+    header = {**request.manifest(), "limit": request.limit}
+    metrics = collect_metrics(path, policies, tasks, header)
+    (request.out / METRICS).write_text(json.dumps(metrics, indent=2) + "\n")
+    write_eval_decisions(request.out, [policy.name for policy in policies], [task.id for task in tasks], header)
+    return metrics
+
+
+def _portable(request: EvalRequest) -> EvalRequest:
+    """The request with absolute paths (actors may start elsewhere) and no progress bar."""
+    from toolorchestra.envs.registry import resolve_data_dir
+
+    return replace(request, data_dir=resolve_data_dir(request.data_dir), out=request.out.resolve(),
+                   config=request.config.resolve() if request.config else None, progress=False)
+
+
+def _play_on_ray(request: EvalRequest, task_ids: list[str], done: set[tuple[str, str]]) -> Any:
+    """Yield finished trajectories as chunks come back from the actors."""
+    import ray
+
+    _init_ray(request)
+    worker_class = ray.remote(num_cpus=0)(EvalWorker)
+    workers = [worker_class.remote(request) for _ in range(min(request.num_workers, len(task_ids)))]
+    size = max(1, -(-len(task_ids) // (len(workers) * CHUNKS_PER_WORKER)))
+    chunks = [task_ids[start:start + size] for start in range(0, len(task_ids), size)]
+    running = {}
+    for worker in workers:
+        if chunks:
+            running[worker.run.remote(chunks.pop(0), sorted(done))] = worker
+    try:
+        while running:
+            [ready], _ = ray.wait(list(running), num_returns=1)
+            worker = running.pop(ready)
+            if chunks:
+                running[worker.run.remote(chunks.pop(0), sorted(done))] = worker
+            yield from ray.get(ready)
+    finally:
+        for worker in workers:
+            ray.kill(worker)
+
+
+def _init_ray(request: EvalRequest) -> None:
+    import ray
+
+    if ray.is_initialized():
+        return
+    source = str(Path(__file__).resolve().parents[2])
+    env_vars = {"PYTHONPATH": os.pathsep.join(filter(None, [source, os.environ.get("PYTHONPATH")]))}
+    if request.ray_address:
+        ray.init(address=request.ray_address, runtime_env={"env_vars": env_vars}, log_to_driver=False)
+    else:
+        ray.init(num_cpus=max(os.cpu_count() or 1, request.num_workers), include_dashboard=False,
+                 log_to_driver=False, runtime_env={"env_vars": env_vars})
+
+
+class EvalWorker:
+    """One Ray actor: the request's env and policies, built once, playing chunks of tasks."""
+
+    def __init__(self, request: EvalRequest) -> None:
+        from toolorchestra.bench.policies import parse_policy
+        from toolorchestra.envs.registry import make_env
+
+        self.request = request
+        self.env = make_env(request.env, request.data_dir, **_env_options(request))
+        self.tasks = {task.id: task for task in self.env.tasks(request.split)}
+        self.policies = parse_policy(request.policy, self.env, seed=request.seed,
+                                     orchestrator=_orchestrator_factory(request))
+
+    async def run(self, task_ids: list[str], done: list[tuple[str, str]]) -> list[Any]:
+        """The trajectories of these tasks' unfinished episodes (an async actor method: Ray runs it in the
+        actor's event loop)."""
+        tasks = [self.tasks[task_id] for task_id in task_ids]
+        finished = {(policy, task) for policy, task in done}
+        jobs = [(policy, task) for policy in self.policies for task in tasks if (policy.name, task.id) not in finished]
+        for policy in self.policies:
+            policy.prepare([task for p, task in jobs if p is policy])
+        limit = asyncio.Semaphore(self.request.concurrency)
+
+        async def one(policy: Any, task: Task) -> Any:
+            async with limit:
+                if self.request.delay_s:
+                    await asyncio.sleep(self.request.delay_s)
+                return await run_episode(self.env, policy, task)
+
+        return list(await asyncio.gather(*(one(policy, task) for policy, task in jobs)))
