@@ -2,6 +2,8 @@
 
 `make_env("replay:routerbench")` builds an Env. The data dir is, in order: the `data_dir` argument
 (the CLI's --data-dir), $TOOLORCHESTRA_DATA, or ../shared/data relative to the working directory.
+`replay:DIR` (DIR a path: it contains '/' or names an existing directory, relative to the working
+directory) is any directory in the replay format (docs/replay.md); registered names come first.
 Env modules are imported only when their env is built, so listing names stays cheap.
 """
 
@@ -48,14 +50,31 @@ def resolve_data_dir(data_dir: Path | str | None = None) -> Path:
     return path.resolve()
 
 
+REPLAY_PREFIX = "replay:"
+
+
+def replay_dir(name: str) -> Path | None:
+    """The directory of a `replay:DIR` name (not a registered one), else None."""
+    if name in ENVS or not name.startswith(REPLAY_PREFIX):
+        return None
+    rest = name[len(REPLAY_PREFIX):]
+    return Path(rest) if rest and ("/" in rest or Path(rest).is_dir()) else None
+
+
 def env_class(name: str) -> Callable[..., Env]:
     if name not in ENVS:
-        raise UserError(f"--env {name!r}: unknown environment; valid: {', '.join(env_names())}")
+        raise UserError(f"--env {name!r}: unknown environment; valid: {', '.join(env_names())}, or replay:DIR "
+                        "for a directory in the replay format (docs/replay.md)")
     module, class_name = ENVS[name]
     return getattr(importlib.import_module(module), class_name)
 
 
 def make_env(name: str, data_dir: Path | str | None = None, **options: Any) -> Env:
-    """Build environment `name` over the data dir (see module docstring)."""
+    """Build environment `name` over the data dir, or the replay directory it names (see module docstring)."""
+    directory = replay_dir(name)
+    if directory is not None:
+        from toolorchestra.envs.replay.world import DirectoryWorldEnv
+
+        return DirectoryWorldEnv(directory, name=name, **options)
     factory = env_class(name)
     return factory(resolve_data_dir(data_dir), **options)

@@ -16,12 +16,13 @@ goes to the world's own judge (`judge_text`).
 from __future__ import annotations
 
 from abc import abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from toolorchestra.backends.base import Backend, Completion, Message, Usage
 from toolorchestra.backends.pool import ModelPool
-from toolorchestra.catalog.schema import ModelSpec
+from toolorchestra.catalog.schema import LatencyPrior, ModelSpec, Price
 from toolorchestra.envs.base import Env, Score, Task
 from toolorchestra.envs.replay.judge import strip_special_tokens
 from toolorchestra.envs.replay.tokens import count_tokens
@@ -47,6 +48,8 @@ class Recorded:
     cost_usd: float | None = None  # measured dollars (RouterBench); None: priced from tokens
     output_tokens: int | None = None  # measured output tokens (FRAMES); None: counted from the text
     grade: str | None = None  # FRAMES: A correct, B incorrect, C not attempted
+    prompt_tokens: int | None = None  # recorded input tokens; None: the question's tokens are counted
+    latency_s: float | None = None  # measured seconds; None: simulated from the model's latency prior
 
 
 @dataclass
@@ -88,10 +91,10 @@ class ReplayBackend(Backend):
         output_tokens = self.env.output_tokens(task, self.model)
         return Completion(
             text=record.response,
-            usage=Usage(prompt_tokens=self.env.input_tokens(task), completion_tokens=output_tokens),
-            latency_s=self.spec.latency.seconds(output_tokens),
+            usage=Usage(prompt_tokens=self.env.input_tokens(task, self.model), completion_tokens=output_tokens),
+            latency_s=record.latency_s if record.latency_s is not None else self.spec.latency.seconds(output_tokens),
             model=self.spec.name,
-            cost_usd=record.cost_usd,
+            cost_usd=self.env.recorded_cost(task, self.model),
         )
 
 
@@ -104,17 +107,42 @@ class ReplayEnv(Env):
         """`labels`: model name -> the short label the orchestrator uses (default: the name itself);
         short labels keep the orchestrator's prompt small."""
         self.data = data
+        self._label_of = {model: (labels or {}).get(model, model) for model in data.models}
+        if len(set(self._label_of.values())) != len(self._label_of):
+            raise ValueError(f"{self.name}: model labels are not unique: {self._label_of}")
+        self._cost_factor: dict[str, float] = {}  # model -> factor on its recorded costs (--price-scale)
+        self._priced: set[str] = set()  # models charged at their price even where a cost was recorded (--prices)
+        self._build_pool(specs)
+        self._by_id = {task.id: task for tasks in data.tasks.values() for task in tasks}
+
+    def _build_pool(self, specs: list[ModelSpec]) -> None:
+        """The pool of replay backends and the expert/answer tools over it."""
         self.specs = {spec.name: spec for spec in specs}
         self.pool = ModelPool(specs, backends={spec.name: ReplayBackend(self, spec) for spec in specs})
-        self._label_of = {model: (labels or {}).get(model, model) for model in data.models}
         by_label = {label: model for model, label in self._label_of.items()}
-        if len(by_label) != len(self._label_of):
-            raise ValueError(f"{self.name}: model labels are not unique: {self._label_of}")
         self._tools: list[Tool] = [
             ExpertTool("expert", EXPERT_DESCRIPTION, by_label, self.pool),
             AnswerTool("answer", ANSWER_DESCRIPTION, by_label, self.pool),
         ]
-        self._by_id = {task.id: task for tasks in data.tasks.values() for task in tasks}
+
+    def reprice(self, factors: Mapping[str, float] | None = None,
+                sheet: Mapping[str, tuple[Price, LatencyPrior | None]] | None = None) -> None:
+        """Change prices at evaluation (the generalization tests): `sheet` gives models new prices (and latency
+        priors), charged on tokens even where a cost was recorded; `factors` then multiply a model's prices and
+        recorded costs. Models named in neither keep theirs."""
+        factors, sheet = dict(factors or {}), dict(sheet or {})
+        unknown = sorted((set(factors) | set(sheet)) - set(self.specs))
+        if unknown:
+            raise UserError(f"{self.name}: no model {', '.join(map(repr, unknown))}; models are {self.models()}")
+        specs = []
+        for name, spec in self.specs.items():
+            price, latency = sheet.get(name, (spec.price, None))
+            if name in factors:
+                price = price.scaled(factors[name])
+            specs.append(spec.model_copy(update={"price": price, "latency": latency or spec.latency}))
+        self._cost_factor = {**self._cost_factor, **factors}
+        self._priced |= set(sheet)
+        self._build_pool(specs)
 
     # --- the Env interface -------------------------------------------------------------------
     def tasks(self, split: str) -> list[Task]:
@@ -166,19 +194,39 @@ class ReplayEnv(Env):
         except KeyError:
             raise BackendError(f"{self.name}: no recorded answer of model {model!r} to task {task_id!r}") from None
 
-    def input_tokens(self, task: Task) -> int:
+    def input_tokens(self, task: Task, model: str | None = None) -> int:
+        """The call's input tokens: `model`'s recorded count on `task`, else the question's tokens counted."""
+        if model is not None:
+            recorded = self.record(task.id, model).prompt_tokens
+            if recorded is not None:
+                return recorded
         return count_tokens(task.prompt)
 
     def output_tokens(self, task: Task, model: str) -> int:
         record = self.record(task.id, model)
         return record.output_tokens if record.output_tokens is not None else count_tokens(record.response)
 
+    def recorded_cost(self, task: Task, model: str) -> float | None:
+        """The recorded dollars of `model` on `task` (times its --price-scale factor); None when the call is
+        priced from tokens instead (no recorded cost, or the model was given a price sheet at evaluation)."""
+        record = self.record(task.id, model)
+        if record.cost_usd is None or model in self._priced:
+            return None
+        return record.cost_usd * self._cost_factor.get(model, 1.0)
+
     def call_cost(self, task: Task, model: str) -> float:
         """Dollars one call of `model` on `task` is charged (what the replay backend reports)."""
-        record = self.record(task.id, model)
-        if record.cost_usd is not None:
-            return record.cost_usd
-        return self.specs[model].price.cost(self.input_tokens(task), self.output_tokens(task, model))
+        recorded = self.recorded_cost(task, model)
+        if recorded is not None:
+            return recorded
+        return self.specs[model].price.cost(self.input_tokens(task, model), self.output_tokens(task, model))
+
+    def call_latency(self, task: Task, model: str) -> float:
+        """Seconds one call of `model` on `task` takes: the recorded latency, else the model's latency prior."""
+        recorded = self.record(task.id, model).latency_s
+        if recorded is not None:
+            return recorded
+        return self.specs[model].latency.seconds(self.output_tokens(task, model))
 
     def inherited_from(self, task: Task, answer: str, answered_by: str | None) -> str | None:
         """The model whose recorded response the answer is, preferring the model that gave it."""

@@ -5,15 +5,18 @@ Data: `frames/questions.jsonl` (824 questions with gold answers and reasoning ty
 and output token counts). Split: even ids train, odd ids test. A question that some configuration did
 not answer (ids 214 and 524, both train) is left out.
 
-Cost of a call: recorded output tokens and question tokens (SmolLM2 tokenizer) at the list prices of
-`toolorchestra/data/prices_frames.yaml`; latency from the same file. A free-text final answer is
+The world is loaded by the generic replay-format loader (format.py, world.py): `FramesSource` is a thin
+adapter that presents these files in the format's terms (see its docstring); validation, splits, dropping
+and pricing are the format's. Cost of a call: recorded output tokens and question tokens (SmolLM2
+tokenizer) at the list prices of `toolorchestra/data/prices_frames.yaml`, whose `output_tokens` say which
+recorded fields are billed per family; latency from the same file. A free-text final answer is
 judged by normalized match against the gold answer (judge.normalized_match), or by an `LLMJudge`
 when the env is given one (live use).
 """
 
 from __future__ import annotations
 
-import json
+from collections.abc import Iterator
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -22,10 +25,12 @@ from typing import TYPE_CHECKING
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from toolorchestra.catalog.schema import LatencyPrior, ModelSpec, Price, ReplayBackendSpec
+from toolorchestra.catalog.schema import LatencyPrior
 from toolorchestra.envs.base import Score, Task
-from toolorchestra.envs.replay.base import SPLITS, Recorded, ReplayData, ReplayEnv
+from toolorchestra.envs.replay.format import Line, LoadedWorld, PriceEntry, load_world, read_jsonl
+from toolorchestra.envs.replay.format import PriceSheet as FormatPriceSheet
 from toolorchestra.envs.replay.judge import LLMJudge, final_answer_text, normalize, normalized_match
+from toolorchestra.envs.replay.world import LogWorldEnv
 from toolorchestra.errors import ConfigError, UserError
 
 if TYPE_CHECKING:
@@ -78,81 +83,76 @@ def load_prices(path: Path) -> PriceSheet:
         raise ConfigError(f"{path}: invalid FRAMES price sheet: {exc}") from None
 
 
+class FramesSource:
+    """The FRAMES files presented in the replay format's terms (a `WorldSource` for format.load_world).
+
+    questions: `problem` stripped, `answer` as text, `subset` = the first reasoning type. Answers: the
+    recorded output-token fields that the price sheet bills for the model's family, summed into
+    `completion_tokens` (each source file names them differently); `response` null becomes "". Prices:
+    one entry per family, keyed by the `<family>_` prefix of the model files' names."""
+
+    def __init__(self, folder: Path, prices: PriceSheet) -> None:
+        self.root = folder
+        self.sheet = prices
+        questions = folder / "questions.jsonl"
+        if not questions.exists():
+            raise UserError(f"{questions}: file not found (expected the FRAMES data under <data dir>/{WORLD}/)")
+        self._files = {path.stem: path for path in sorted((folder / "models").glob("*.jsonl"))}
+        if not self._files:
+            raise UserError(f"{folder / 'models'}: no <model>.jsonl answer files found")
+        self._billed = {model: prices.family_of(model)[1].output_tokens for model in self._files}
+
+    def questions(self) -> Iterator[Line]:
+        for line in read_jsonl(self.root / "questions.jsonl"):
+            row = line.value
+            types = [part.strip() for part in str(row.get("reasoning_type", "")).split("|") if part.strip()]
+            problem = row.get("problem")
+            yield Line(line.path, line.number, {
+                "id": row.get("id"), "problem": problem.strip() if isinstance(problem, str) else problem,
+                "answer": None if row.get("answer") is None else str(row["answer"]),
+                "subset": types[0] if types else None})
+
+    def models(self) -> list[str]:
+        return list(self._files)
+
+    def answers(self, model: str) -> Iterator[Line]:
+        billed = self._billed[model]
+        for line in read_jsonl(self._files[model]):
+            row = line.value
+            present = [name for name in billed if row.get(name) is not None]
+            if any(isinstance(row[name], int) and row[name] < 0 for name in present):
+                present = []  # three o4-mini lines record negative counts: count the response instead
+            value = {"id": row.get("id"), "response": row.get("response") or "", "grading": row.get("grading")}
+            if present:
+                value["completion_tokens"] = sum(row[name] for name in present)
+            yield Line(line.path, line.number, value)
+
+    def prices(self) -> FormatPriceSheet:
+        return FormatPriceSheet(models={
+            f"{name}_": PriceEntry(input_per_m=family.input_per_m, output_per_m=family.output_per_m,
+                                   overhead_s=family.latency.overhead_s,
+                                   output_tokens_per_s=family.latency.output_tokens_per_s, source=family.source)
+            for name, family in self.sheet.families.items()})
+
+
 @lru_cache(maxsize=4)
-def load_frames(data_dir: Path, price_file: Path) -> ReplayData:
-    """Parse the questions and every configuration's answers once per data dir."""
-    folder = data_dir / WORLD
-    questions_path = folder / "questions.jsonl"
-    if not questions_path.exists():
-        raise UserError(f"{questions_path}: file not found (expected the FRAMES data under <data dir>/{WORLD}/)")
-    prices = load_prices(price_file)
-    questions = _read_jsonl(questions_path)
-    answers: dict[str, dict[int, dict]] = {}
-    for path in sorted((folder / "models").glob("*.jsonl")):
-        answers[path.stem] = {int(row["id"]): row for row in _read_jsonl(path)}
-    if not answers:
-        raise UserError(f"{folder / 'models'}: no <model>.jsonl answer files found")
-    fields = {model: prices.family_of(model)[1].output_tokens for model in answers}
-    tasks: dict[str, list[Task]] = {split: [] for split in SPLITS}
-    records: dict[str, dict[str, Recorded]] = {}
-    dropped = {split: 0 for split in SPLITS}
-    for question in sorted(questions, key=lambda row: int(row["id"])):
-        number = int(question["id"])
-        split = "train" if number % 2 == 0 else "test"
-        if any(number not in rows for rows in answers.values()):
-            dropped[split] += 1
-            continue
-        task = _task(question, split)
-        tasks[split].append(task)
-        records[task.id] = {model: _record(rows[number], fields[model]) for model, rows in answers.items()}
-    return ReplayData(world=WORLD, models=list(answers), tasks=tasks, records=records, dropped=dropped)
+def load_frames(data_dir: Path, price_file: Path) -> LoadedWorld:
+    """Parse and validate the questions and every configuration's answers once per data dir."""
+    return load_world(FramesSource(data_dir / WORLD, load_prices(price_file)), world=WORLD)
 
 
-def _read_jsonl(path: Path) -> list[dict]:
-    rows = []
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as exc:
-                    raise UserError(f"{path}:{number}: not valid JSON: {exc}") from None
-    return rows
-
-
-def _task(question: dict, split: str) -> Task:
-    types = [part.strip() for part in str(question.get("reasoning_type", "")).split("|") if part.strip()]
-    return Task(id=str(question["id"]), split=split, prompt=question["problem"].strip(),
-                subtask=types[0] if types else None, gold=str(question["answer"]),
-                meta={"reasoning_types": types})
-
-
-def _record(row: dict, token_fields: list[str]) -> Recorded:
-    present = [name for name in token_fields if row.get(name) is not None]
-    tokens = sum(int(row[name]) for name in present) if present else None
-    return Recorded(response=str(row.get("response") or ""), correct=row.get("grading") == "A",
-                    output_tokens=tokens, grade=row.get("grading"))
-
-
-class FramesEnv(ReplayEnv):
-    name = "replay:frames"
+class FramesEnv(LogWorldEnv):
+    """replay:frames: the generic replay world over FramesSource, with FRAMES' short labels and its judges."""
 
     def __init__(self, data_dir: Path, price_file: Path | None = None, judge: LLMJudge | None = None) -> None:
         price_path = (price_file or default_price_file()).resolve()
-        data = load_frames(data_dir.resolve(), price_path)
+        loaded = load_frames(data_dir.resolve(), price_path)
         self.prices = load_prices(price_path)
         self.judge = judge
-        specs = []
-        for model in data.models:
-            family, sheet = self.prices.family_of(model)
-            specs.append(ModelSpec(
-                name=model, backend=ReplayBackendSpec(world=WORLD, model=model),
-                price=Price(input_per_m=sheet.input_per_m, output_per_m=sheet.output_per_m),
-                latency=sheet.latency, description=f"{family} (recorded FRAMES answers, {model})",
-            ))
         # gpt-5-mini_frames_low_effort -> gpt-5-mini-low-effort
-        labels = {model: model.replace("_frames_", "-").replace("_", "-") for model in data.models}
-        super().__init__(data, specs, labels=labels)
+        labels = {model: model.replace("_frames_", "-").replace("_", "-") for model in loaded.data.models}
+        super().__init__(loaded, "replay:frames", WORLD, labels=labels,
+                         describe=lambda model: f"{self.prices.family_of(model)[0]} (recorded FRAMES answers, {model})")
 
     def judge_text(self, task: Task, answer: str) -> Score:
         correct = normalized_match(answer, task.gold or "")

@@ -1,0 +1,365 @@
+"""The replay format: reading and validating a directory of recorded answers (docs/replay.md).
+
+A replay world on disk is `questions.jsonl`, `models/<name>.jsonl` and an optional `prices.yaml`. This module
+owns the format's rules and nothing else: the line models, the price sheet, and `load_world`, which turns a
+`WorldSource` (where lines come from) into `ReplayData` plus the pricing of each model. Every mistake raises
+`FormatError`, whose message names the file, the line and the field. `DirectorySource` reads a directory in
+the format; other sources (the FRAMES adapter in frames.py) present differently laid out data in its terms.
+
+What the rules are (the doc says the same in prose):
+- a question's split is its `split` field, else its id's parity (even train, odd test);
+- a model line is graded by `correct` (bool) or `grading` (A correct, B incorrect, C not attempted), one of
+  the two per line and the same one in every line of a file;
+- a call costs the line's `cost_usd` when recorded, else its tokens at the model's `prices.yaml` entry
+  (`prompt_tokens`, else the question's tokens counted; `completion_tokens` + `reasoning_tokens`, else the
+  response's tokens counted); a model with an unrecorded cost and no price entry is an error;
+- a question that some model did not answer is left out and counted per split.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal, Protocol
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
+
+from toolorchestra.catalog.schema import LatencyPrior, Price
+from toolorchestra.envs.base import Task
+from toolorchestra.envs.replay.base import SPLITS, Recorded, ReplayData
+from toolorchestra.errors import UserError
+
+QUESTIONS = "questions.jsonl"
+MODELS = "models"
+PRICES = "prices.yaml"
+GRADES = {"A": True, "B": False, "C": False}
+
+NonNegativeFloat = Annotated[float, Field(ge=0, allow_inf_nan=False, strict=True)]
+Count = Annotated[int, Field(ge=0, strict=True)]
+LineId = StrictStr | StrictInt
+
+
+class FormatError(UserError):
+    """A replay directory that breaks the format: names the file, the line (if any) and the field (if any)."""
+
+    def __init__(self, path: Path | str, message: str, *, line: int | None = None, field: str | None = None) -> None:
+        self.path, self.line, self.field = str(path), line, field
+        where = self.path + (f":{line}" if line is not None else "")
+        what = f" field '{field}':" if field else ""
+        super().__init__(f"{where}:{what} {message}")
+
+
+# --- line models -------------------------------------------------------------------------------
+class QuestionLine(BaseModel):
+    """One line of questions.jsonl; fields not named here are ignored."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: LineId
+    problem: StrictStr
+    answer: StrictStr | StrictInt | Annotated[float, Field(strict=True)] | None = None
+    split: Literal["train", "test"] | None = None
+    subset: StrictStr | None = None
+
+
+class AnswerLine(BaseModel):
+    """One line of models/<name>.jsonl; fields not named here are ignored."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: LineId
+    response: StrictStr
+    correct: StrictBool | None = None
+    grading: Literal["A", "B", "C"] | None = None
+    cost_usd: NonNegativeFloat | None = None
+    prompt_tokens: Count | None = None
+    completion_tokens: Count | None = None
+    reasoning_tokens: Count | None = None
+    latency_s: NonNegativeFloat | None = None
+
+
+class PriceEntry(BaseModel):
+    """Prices and latency prior of one model, or of every model whose name starts with the entry's key."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input_per_m: NonNegativeFloat
+    output_per_m: NonNegativeFloat
+    overhead_s: NonNegativeFloat | None = None
+    output_tokens_per_s: Annotated[float, Field(gt=0, allow_inf_nan=False, strict=True)] | None = None
+    source: str | None = Field(None, description="where the prices come from (a note; not used)")
+
+    def price(self) -> Price:
+        return Price(input_per_m=self.input_per_m, output_per_m=self.output_per_m)
+
+    def latency(self) -> LatencyPrior:
+        default = LatencyPrior()
+        return LatencyPrior(overhead_s=default.overhead_s if self.overhead_s is None else self.overhead_s,
+                            output_tokens_per_s=self.output_tokens_per_s or default.output_tokens_per_s)
+
+
+class PriceSheet(BaseModel):
+    """prices.yaml: `models:` maps a model name or a model-name prefix to a `PriceEntry`; other top-level
+    keys (as_of, currency, notes) are ignored."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    models: dict[str, PriceEntry]
+
+    def entry_for(self, model: str) -> tuple[str, PriceEntry] | None:
+        """The entry named exactly `model`, else the one with the longest key that `model` starts with."""
+        if model in self.models:
+            return model, self.models[model]
+        keys = [key for key in self.models if model.startswith(key)]
+        if not keys:
+            return None
+        key = max(keys, key=len)
+        return key, self.models[key]
+
+
+def read_price_sheet(path: Path) -> PriceSheet:
+    """Parse a price sheet in the format's layout; errors name the file and the key path."""
+    if not path.is_file():
+        raise FormatError(path, "price sheet not found")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise FormatError(path, f"not valid YAML: {getattr(exc, 'problem', exc)}",
+                          line=mark.line + 1 if mark is not None else None) from None
+    if not isinstance(raw, dict) or "models" not in raw:
+        raise FormatError(path, "expected a mapping with a 'models:' key (model name or prefix -> prices)",
+                          field="models")
+    try:
+        return PriceSheet.model_validate(raw)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        raise FormatError(path, _pydantic_message(error), field=".".join(str(part) for part in error["loc"])) from None
+
+
+# --- where lines come from ---------------------------------------------------------------------
+@dataclass(frozen=True)
+class Line:
+    """One parsed JSONL line: its file, 1-based line number and JSON object."""
+
+    path: Path
+    number: int
+    value: dict[str, Any]
+
+
+class WorldSource(Protocol):
+    """Lines of a world in the format's terms, wherever they are stored."""
+
+    root: Path
+
+    def questions(self) -> Iterator[Line]: ...
+
+    def models(self) -> list[str]: ...
+
+    def answers(self, model: str) -> Iterator[Line]: ...
+
+    def prices(self) -> PriceSheet | None: ...
+
+
+def read_jsonl(path: Path) -> Iterator[Line]:
+    """The JSON objects of a JSONL file with their line numbers; blank lines are skipped."""
+    with open(path, encoding="utf-8") as handle:
+        for number, text in enumerate(handle, 1):
+            if not text.strip():
+                continue
+            try:
+                value = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise FormatError(path, f"not valid JSON: {exc.msg} (column {exc.colno})", line=number) from None
+            if not isinstance(value, dict):
+                raise FormatError(path, f"expected a JSON object, got {type(value).__name__}", line=number)
+            yield Line(path, number, value)
+
+
+class DirectorySource:
+    """A directory laid out in the replay format."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        if not root.is_dir():
+            raise FormatError(root, "directory not found (expected questions.jsonl, models/<name>.jsonl and an "
+                              "optional prices.yaml; see docs/replay.md)")
+        if not (root / QUESTIONS).is_file():
+            raise FormatError(root / QUESTIONS, "file not found")
+        folder = root / MODELS
+        if not folder.is_dir():
+            raise FormatError(folder, "folder not found: every model's answers go in models/<name>.jsonl")
+        self._files = {path.stem: path for path in sorted(folder.glob("*.jsonl"))}
+        if not self._files:
+            raise FormatError(folder, "no <name>.jsonl files: a world needs at least one model")
+
+    def questions(self) -> Iterator[Line]:
+        return read_jsonl(self.root / QUESTIONS)
+
+    def models(self) -> list[str]:
+        return list(self._files)
+
+    def answers(self, model: str) -> Iterator[Line]:
+        return read_jsonl(self._files[model])
+
+    def prices(self) -> PriceSheet | None:
+        path = self.root / PRICES
+        return read_price_sheet(path) if path.exists() else None
+
+    def signature(self) -> tuple[tuple[str, int, int], ...]:
+        """Names, sizes and modification times of the world's files (a cache key that sees edits)."""
+        paths = [self.root / QUESTIONS, self.root / PRICES, *self._files.values()]
+        return tuple((str(path), path.stat().st_size, path.stat().st_mtime_ns) for path in paths if path.exists())
+
+
+# --- loading -----------------------------------------------------------------------------------
+@dataclass
+class ModelPricing:
+    """How a model's calls are charged: its price entry (None: recorded cost only) and where it came from."""
+
+    entry: PriceEntry | None
+    key: str | None = None  # the prices.yaml key that matched (the name itself or a prefix)
+
+
+@dataclass
+class LoadedWorld:
+    """A validated world: the replay data, each model's pricing and per-model coverage counts."""
+
+    data: ReplayData
+    pricing: dict[str, ModelPricing]
+    answered: dict[str, int]  # model -> questions it answered
+    questions: int  # questions in questions.jsonl
+    files: dict[str, str] = field(default_factory=dict)  # model -> its file, for messages
+
+
+def load_world(source: WorldSource, world: str) -> LoadedWorld:
+    """Validate every line of `source` and build the world (see the module docstring for the rules)."""
+    tasks_by_id, order = _read_questions(source)
+    prices = source.prices()
+    answers: dict[str, dict[str, Recorded]] = {}
+    pricing: dict[str, ModelPricing] = {}
+    files: dict[str, str] = {}
+    for model in source.models():
+        matched = prices.entry_for(model) if prices else None
+        pricing[model] = ModelPricing(entry=matched[1] if matched else None, key=matched[0] if matched else None)
+        answers[model], files[model] = _read_answers(source, model, tasks_by_id, pricing[model])
+    tasks: dict[str, list[Task]] = {split: [] for split in SPLITS}
+    records: dict[str, dict[str, Recorded]] = {}
+    dropped = {split: 0 for split in SPLITS}
+    for task_id in order:
+        task = tasks_by_id[task_id]
+        if any(task_id not in rows for rows in answers.values()):
+            dropped[task.split] += 1
+            continue
+        tasks[task.split].append(task)
+        records[task_id] = {model: rows[task_id] for model, rows in answers.items()}
+    data = ReplayData(world=world, models=list(answers), tasks=tasks, records=records, dropped=dropped)
+    return LoadedWorld(data=data, pricing=pricing, answered={model: len(rows) for model, rows in answers.items()},
+                       questions=len(order), files=files)
+
+
+def _read_questions(source: WorldSource) -> tuple[dict[str, Task], list[str]]:
+    tasks: dict[str, Task] = {}
+    first_line: dict[str, int] = {}
+    for line in source.questions():
+        question = _validate(QuestionLine, line)
+        task_id = str(question.id)
+        if task_id in tasks:
+            raise FormatError(line.path, f"duplicate id {question.id!r} (first on line {first_line[task_id]})",
+                              line=line.number, field="id")
+        first_line[task_id] = line.number
+        split = question.split or _split_by_parity(question.id, line)
+        gold = None if question.answer is None else str(question.answer)
+        tasks[task_id] = Task(id=task_id, split=split, prompt=question.problem, subtask=question.subset, gold=gold)
+    if not tasks:
+        raise FormatError(getattr(source, "root", "questions"), f"{QUESTIONS} holds no question")
+    return tasks, list(tasks)
+
+
+def _split_by_parity(task_id: str | int, line: Line) -> str:
+    if isinstance(task_id, str):
+        try:
+            task_id = int(task_id)
+        except ValueError:
+            raise FormatError(line.path, f"id {task_id!r} is not an integer, so its split cannot follow id parity: "
+                              "give this question a 'split' (train or test)", line=line.number, field="split") from None
+    return "train" if task_id % 2 == 0 else "test"
+
+
+def _read_answers(source: WorldSource, model: str, tasks: Mapping[str, Task],
+                  pricing: ModelPricing) -> tuple[dict[str, Recorded], str]:
+    rows: dict[str, Recorded] = {}
+    first_line: dict[str, int] = {}
+    grade_field: tuple[str, int] | None = None  # the file's grade field and the line that set it
+    path = ""
+    for line in source.answers(model):
+        path = str(line.path)
+        answer = _validate(AnswerLine, line)
+        task_id = str(answer.id)
+        if task_id not in tasks:
+            raise FormatError(line.path, f"unknown id {answer.id!r}: no question with this id in {QUESTIONS}",
+                              line=line.number, field="id")
+        if task_id in rows:
+            raise FormatError(line.path, f"duplicate id {answer.id!r} (first on line {first_line[task_id]})",
+                              line=line.number, field="id")
+        grade_field = _check_grade_field(answer, line, grade_field)
+        if answer.cost_usd is None and pricing.entry is None:
+            raise FormatError(line.path, f"model {model!r} has no recorded cost here and no price: give "
+                              f"'cost_usd' on every line, or prices for {model!r} (or a prefix of it) in {PRICES}",
+                              line=line.number, field="cost_usd")
+        first_line[task_id] = line.number
+        rows[task_id] = _recorded(answer)
+    return rows, path
+
+
+def _check_grade_field(answer: AnswerLine, line: Line, seen: tuple[str, int] | None) -> tuple[str, int]:
+    if answer.correct is not None and answer.grading is not None:
+        raise FormatError(line.path, "both 'correct' and 'grading' are given; grade each line with one of them",
+                          line=line.number, field="grading")
+    if answer.correct is None and answer.grading is None:
+        raise FormatError(line.path, "missing grade: give 'correct' (true/false) or 'grading' (A, B or C)",
+                          line=line.number, field="correct")
+    name = "correct" if answer.correct is not None else "grading"
+    if seen is not None and seen[0] != name:
+        raise FormatError(line.path, f"mixed grade fields: line {seen[1]} grades with '{seen[0]}', this line with "
+                          f"'{name}'; use one grade field in every line of a file", line=line.number, field=name)
+    return seen or (name, line.number)
+
+
+def _recorded(answer: AnswerLine) -> Recorded:
+    counted = [count for count in (answer.completion_tokens, answer.reasoning_tokens) if count is not None]
+    correct = answer.correct if answer.correct is not None else GRADES[str(answer.grading)]
+    return Recorded(response=answer.response, correct=correct, cost_usd=answer.cost_usd,
+                    output_tokens=sum(counted) if counted else None, grade=answer.grading,
+                    prompt_tokens=answer.prompt_tokens, latency_s=answer.latency_s)
+
+
+def _validate(model: type[BaseModel], line: Line) -> Any:
+    try:
+        return model.model_validate(line.value)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        name = str(error["loc"][0]) if error["loc"] else None
+        raise FormatError(line.path, _pydantic_message(error), line=line.number, field=name) from None
+
+
+def _pydantic_message(error: Mapping[str, Any]) -> str:
+    if error["type"] == "missing":
+        return "missing (required)"
+    value = error.get("input")
+    shown = json.dumps(value)[:60] if _jsonable(value) else repr(value)[:60]
+    return f"{error['msg']}, got {shown}"
+
+
+def _jsonable(value: Any) -> bool:
+    if isinstance(value, float) and not math.isfinite(value):
+        return False
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return False
+    return True
