@@ -63,6 +63,9 @@ class EvalRequest:
     ray: bool = False  # run episodes on Ray actors (bench/ray_eval.py); not part of the manifest
     num_workers: int = 2
     ray_address: str | None = None
+    price_scale: dict[str, float] | None = None  # --price-scale MODEL=X: that model's prices times X
+    prices: Path | None = None  # --prices FILE: a price sheet (replay format) overriding the world's prices
+    hold_out_models: list[str] | None = None  # --hold-out-models: models training never offered (reported)
 
     def manifest(self) -> dict[str, Any]:
         """What must match for a rerun into the same dir to resume it."""
@@ -71,6 +74,12 @@ class EvalRequest:
             fields["per_subtask"] = self.per_subtask
         if self.judge:
             fields["judge"] = self.judge
+        if self.price_scale:
+            fields["price_scale"] = dict(sorted(self.price_scale.items()))
+        if self.prices is not None:
+            fields["prices"] = str(self.prices)
+        if self.hold_out_models:
+            fields["hold_out_models"] = list(self.hold_out_models)
         if self.policy.startswith("orchestrator:"):
             fields.update(config=str(self.config) if self.config else None, prefer=self.prefer,
                           max_turns=self.max_turns, max_tokens=self.max_tokens, tools=self.tools)
@@ -85,7 +94,7 @@ def run_eval(request: EvalRequest) -> dict[str, Any]:
         raise UserError(f"--limit {request.limit}: expected a positive number of tasks")
     if request.concurrency < 1:
         raise UserError(f"--concurrency {request.concurrency}: expected at least 1")
-    env = make_env(request.env, request.data_dir, **_env_options(request))
+    env = build_env(request)
     if request.per_subtask is not None and request.per_subtask < 1:
         raise UserError(f"--per-subtask {request.per_subtask}: expected a positive number of tasks")
     tasks = env.tasks(request.split)
@@ -104,8 +113,31 @@ def run_eval(request: EvalRequest) -> dict[str, Any]:
     if request.ray:
         from toolorchestra.bench.ray_eval import run_eval_ray
 
-        return run_eval_ray(request, policies, tasks)
+        return run_eval_ray(request, policies, tasks, env)
     return asyncio.run(_evaluate_and_close(env, policies, tasks, request))
+
+
+def build_env(request: EvalRequest) -> Env:
+    """The request's env, with --prices and --price-scale applied (replay worlds)."""
+    from toolorchestra.envs.registry import make_env
+    from toolorchestra.envs.replay.world import apply_price_options
+
+    env = make_env(request.env, request.data_dir, **_env_options(request))
+    apply_price_options(env, request.price_scale, request.prices)
+    if request.hold_out_models:
+        _check_hold_out(env, request.hold_out_models)
+    return env
+
+
+def _check_hold_out(env: Env, names: Sequence[str]) -> None:
+    models = getattr(env, "models", None)
+    if models is None:
+        raise UserError(f"--hold-out-models applies to worlds with a model pool (replay worlds), not to {env.name}")
+    labels = {env.label(model) for model in models()} if hasattr(env, "label") else set()
+    unknown = [name for name in names if name not in models() and name not in labels]
+    if unknown:
+        raise UserError(f"--hold-out-models: {env.name} has no model {', '.join(map(repr, unknown))}; models: "
+                        f"{', '.join(models())}")
 
 
 def first_per_subtask(tasks: Sequence[Task], count: int) -> list[Task]:
@@ -176,6 +208,8 @@ async def evaluate(env: Env, policies: Sequence[Policy], tasks: Sequence[Task], 
 
         await asyncio.gather(*(one(policy, task) for policy, task in jobs))
     metrics = collect_metrics(path, policies, tasks, header or {})
+    if (header or {}).get("hold_out_models"):
+        add_hold_out_share(metrics, env, header["hold_out_models"])  # type: ignore[index]
     (out / METRICS).write_text(json.dumps(metrics, indent=2) + "\n")
     write_eval_decisions(out, [policy.name for policy in policies], [task.id for task in tasks], header)
     return metrics
@@ -235,6 +269,18 @@ def collect_metrics(path: Path, policies: Sequence[Policy], tasks: Sequence[Task
     if len(entries) == 1:
         return {**header, **entries[0], "policy": entries[0]["policy"], "spec": header.get("policy")}
     return {**header, "kind": "sweep", "spec": header.get("policy"), "sweep": entries}
+
+
+def add_hold_out_share(metrics: dict[str, Any], env: Env, names: Sequence[str]) -> None:
+    """For --hold-out-models: how many calls and final answers went to the held-out models (per sweep entry)."""
+    by_label = {env.label(model): model for model in env.models()} if hasattr(env, "label") else {}  # type: ignore[attr-defined]
+    held = {by_label.get(name, name) for name in names}
+    for entry in metrics.get("sweep") or [metrics]:
+        entry["hold_out"] = {
+            "models": sorted(held),
+            "calls": sum(count for model, count in entry.get("calls_per_model", {}).items() if model in held),
+            "answered": sum(count for model, count in entry.get("answered_by", {}).items() if model in held),
+        }
 
 
 def _env_options(request: EvalRequest) -> dict[str, Any]:

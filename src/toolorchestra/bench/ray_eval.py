@@ -17,15 +17,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Sequence
 
-from toolorchestra.bench.eval import (METRICS, TRAJECTORIES, EvalRequest, _env_options, _finished, _orchestrator_factory,
-                                      collect_metrics, drop_torn_tail, run_episode)
+from toolorchestra.bench.eval import (METRICS, TRAJECTORIES, EvalRequest, _finished, _orchestrator_factory,
+                                      add_hold_out_share, collect_metrics, drop_torn_tail, run_episode)
 from toolorchestra.envs.base import Task
 from toolorchestra.errors import UserError
 
 CHUNKS_PER_WORKER = 4
 
 
-def run_eval_ray(request: EvalRequest, policies: Sequence[Any], tasks: Sequence[Task]) -> dict[str, Any]:
+def run_eval_ray(request: EvalRequest, policies: Sequence[Any], tasks: Sequence[Task],
+                 env: Any = None) -> dict[str, Any]:
     """Play the pending episodes on Ray actors; write and return the metrics as `evaluate` does."""
     from toolorchestra.agent.trajectory import write_trajectory
     from toolorchestra.bench.decisions import write_eval_decisions
@@ -41,6 +42,8 @@ def run_eval_ray(request: EvalRequest, policies: Sequence[Any], tasks: Sequence[
             write_trajectory(path, trajectory)
     header = {**request.manifest(), "limit": request.limit}
     metrics = collect_metrics(path, policies, tasks, header)
+    if request.hold_out_models and env is not None:
+        add_hold_out_share(metrics, env, request.hold_out_models)
     (request.out / METRICS).write_text(json.dumps(metrics, indent=2) + "\n")
     write_eval_decisions(request.out, [policy.name for policy in policies], [task.id for task in tasks], header)
     return metrics
@@ -51,7 +54,8 @@ def _portable(request: EvalRequest) -> EvalRequest:
     from toolorchestra.envs.registry import resolve_data_dir
 
     return replace(request, data_dir=resolve_data_dir(request.data_dir), out=request.out.resolve(),
-                   config=request.config.resolve() if request.config else None, progress=False)
+                   config=request.config.resolve() if request.config else None, progress=False,
+                   prices=request.prices.resolve() if request.prices else None)
 
 
 def _play_on_ray(request: EvalRequest, task_ids: list[str], done: set[tuple[str, str]]) -> Any:
@@ -97,11 +101,11 @@ class EvalWorker:
     """One Ray actor: the request's env and policies, built once, playing chunks of tasks."""
 
     def __init__(self, request: EvalRequest) -> None:
+        from toolorchestra.bench.eval import build_env
         from toolorchestra.bench.policies import parse_policy
-        from toolorchestra.envs.registry import make_env
 
         self.request = request
-        self.env = make_env(request.env, request.data_dir, **_env_options(request))
+        self.env = build_env(request)
         self.tasks = {task.id: task for task in self.env.tasks(request.split)}
         self.policies = parse_policy(request.policy, self.env, seed=request.seed,
                                      orchestrator=_orchestrator_factory(request))

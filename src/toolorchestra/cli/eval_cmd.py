@@ -21,8 +21,9 @@ def register(app: typer.Typer) -> None:
 
 
 def eval_command(
-    env: str = typer.Option(..., "--env", help="Environment: replay:routerbench | replay:frames | "
-                            "tau2:airline | tau2:retail | tau2:telecom | toolscale:DOMAIN | toolscale:all."),
+    env: str = typer.Option(..., "--env", help="Environment: replay:routerbench | replay:frames | replay:DIR (a "
+                            "directory in the replay format, docs/replay.md) | tau2:airline | tau2:retail | "
+                            "tau2:telecom | toolscale:DOMAIN | toolscale:all."),
     policy: Optional[str] = typer.Option(None, "--policy", help="single:MODEL | random | cheapest | per-subtask | "
                                          "cascade[:LAMBDA] | router[:THRESHOLD] (no threshold: sweep) | oracle | "
                                          "orchestrator:MODEL | gold | noop (toolscale envs). Required, except on tau2 (default: the pool's "
@@ -50,6 +51,16 @@ def eval_command(
                                         "(default: all the env offers, e.g. expert,answer)."),
     judge: Optional[str] = typer.Option(None, "--judge", help="replay:frames: grade free-text answers with this "
                                         "model of --config (an LLM judge) instead of normalized matching."),
+    price_scale: Optional[list[str]] = typer.Option(None, "--price-scale", help="replay: MODEL=X multiplies that "
+                                                    "model's prices and recorded costs by X at evaluation "
+                                                    "(repeatable; MODEL: a model name or its tool label)."),
+    prices: Optional[Path] = typer.Option(None, "--prices", help="replay: a price sheet in the replay format "
+                                          "(prices.yaml layout); the models it prices are charged at its prices, "
+                                          "on tokens, even where a cost was recorded."),
+    hold_out_models: Optional[str] = typer.Option(None, "--hold-out-models", help="replay: comma-separated models "
+                                                  "the orchestrator was trained without (train config "
+                                                  "sampler.hold_out_models); they stay in the pool, and the "
+                                                  "metrics count the calls and answers that went to them."),
     delay: float = typer.Option(0.0, "--delay", min=0.0, hidden=True,
                                 help="Sleep this many seconds before each episode (tests kill a run mid-way)."),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
@@ -81,6 +92,7 @@ def eval_command(
                    user_base_url=user_base_url, user_max_tokens=user_max_tokens, progress=not no_progress)
         return
     from toolorchestra.bench.eval import EvalRequest, run_eval
+    from toolorchestra.envs.replay.world import parse_price_scale
     from toolorchestra.errors import UserError
 
     if policy is None:
@@ -91,10 +103,17 @@ def eval_command(
                           config=config, prefer=prefer, max_turns=max_turns,
                           max_tokens=max_tokens, delay_s=delay, progress=not no_progress, judge=judge,
                           tools=[name.strip() for name in tools.split(",") if name.strip()] if tools else None,
-                          ray=use_ray, num_workers=num_workers, ray_address=ray_address)
+                          ray=use_ray, num_workers=num_workers, ray_address=ray_address,
+                          price_scale=parse_price_scale(price_scale) if price_scale else None, prices=prices,
+                          hold_out_models=_names(hold_out_models))
     metrics = run_eval(request)
     _print_metrics(metrics, out)
     _fail_if_every_episode_failed(metrics)
+
+
+def _names(text: Optional[str]) -> Optional[list[str]]:
+    names = [name.strip() for name in (text or "").split(",") if name.strip()]
+    return names or None
 
 
 def _eval_tau2(*, env: str, out: Path, task_ids: Optional[str], progress: bool, **options: object) -> None:

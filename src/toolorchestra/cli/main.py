@@ -17,7 +17,7 @@ app = typer.Typer(
 )
 
 COMMAND_MODULES = ("run_cmd", "eval_cmd", "report_cmd", "export_cmd", "train_cmd", "serve_cmd", "tau2_cmd",
-                   "envs_cmd", "verl_cmd")
+                   "envs_cmd", "verl_cmd", "replay_cmd")
 
 
 @app.callback()

@@ -16,6 +16,9 @@ def register(app: typer.Typer) -> None:
         resume: bool = typer.Option(False, "--resume", help="continue from the latest checkpoint of the run dir"),
         run_dir: Path | None = typer.Option(None, "--run-dir", help="override trainer.default_local_dir"),
         steps: int | None = typer.Option(None, "--steps", help="override trainer.total_training_steps"),
+        hold_out_models: str | None = typer.Option(None, "--hold-out-models", help="comma-separated models never "
+                                                   "offered in training (override sampler.hold_out_models); "
+                                                   "evaluate later with them in the pool"),
         quiet: bool = typer.Option(False, "--quiet", help="no progress bar"),
     ) -> None:
         """Train an orchestrator with GRPO on an environment's training split."""
@@ -29,6 +32,8 @@ def register(app: typer.Typer) -> None:
             if steps < 1:
                 raise typer.BadParameter(f"--steps must be >= 1; got {steps}")
             train_config.trainer.total_training_steps = steps
+        if hold_out_models is not None:
+            train_config.sampler.hold_out_models = [name.strip() for name in hold_out_models.split(",") if name.strip()]
         trainer = Trainer(train_config, run_dir=run_dir, resume=resume)
         console = Console(stderr=True)
         if resume:

@@ -156,6 +156,9 @@ class SamplerConfig(_Strict):
         default_factory=lambda: {"accuracy": 1.0, "cost": 1.0, "latency": 0.5, "tool": 0.5},
         description="relative frequency of each preference kind: accuracy, cost, latency, tool",
     )
+    hold_out_models: list[str] = Field(
+        default_factory=list, description="models (names or env tool labels) never offered in training, to "
+        "evaluate later with them in the pool (eval --hold-out-models): the unseen-models generalization test")
 
     @model_validator(mode="after")
     def _check(self) -> "SamplerConfig":

@@ -5,6 +5,7 @@ For every prompt it draws, from one seeded `random.Random`:
 - a price factor per model (uniform in `price_scale`), applied to that model's token and call prices;
 - which non-answer tools are offered;
 - the preference: most accurate, minimize cost, minimize latency, or "use label X".
+Models named in `hold_out_models` are never offered (the unseen-models test: evaluation keeps them).
 The preference is stated in the system prompt (agent/prompt.py), the same text evaluation uses.
 The sampler's whole state (RNG, epoch order, position) is a JSON-able dict for checkpoints, and one draw is
 a JSON-able record (`draw_record` / `draw_from_record`) that other trainers' data files carry (verl's parquet).
@@ -20,6 +21,7 @@ from typing import Any
 from toolorchestra.agent.preference import WORDINGS, Preference
 from toolorchestra.backends.pool import ModelPool
 from toolorchestra.envs.base import Env, Task
+from toolorchestra.errors import ConfigError
 from toolorchestra.tools.base import Tool
 from toolorchestra.tools.llm import AnswerTool, LLMTool
 from toolorchestra.train.config import SamplerConfig
@@ -45,6 +47,7 @@ class TaskSampler:
         self.env = env
         self.tasks = tasks
         self.config = config
+        self.held_out = held_out_models(env, tasks[0], config.hold_out_models)
         self.rng = random.Random(seed)
         self.epoch = 0
         self.position = 0
@@ -109,6 +112,7 @@ class TaskSampler:
         return PromptDraw(task=task, tools=tools, preference=preference, price_factors=factors, wording=wording)
 
     def _offered_models(self, models: list[str]) -> list[str]:
+        models = [model for model in models if model not in self.held_out]
         if not models:
             return []
         high = min(self.config.max_labels, len(models))
@@ -145,6 +149,24 @@ class TaskSampler:
         self.epoch = int(state["epoch"])
         self.position = int(state["position"])
         self.order = [int(index) for index in state["order"]]
+
+
+def held_out_models(env: Env, task: Task, names: list[str]) -> set[str]:
+    """The model names behind `names` (model names or the env's tool labels); an unknown name, or holding out
+    every model, is a config error."""
+    if not names:
+        return set()
+    tools = env.tools_for(task)
+    models = _models_behind(tools)
+    by_label = {label: model for tool in tools if isinstance(tool, LLMTool) for label, model in tool.labels.items()}
+    unknown = [name for name in names if name not in models and name not in by_label]
+    if unknown:
+        raise ConfigError(f"sampler.hold_out_models: env {env.name!r} has no model {', '.join(map(repr, unknown))}; "
+                          f"its models are {', '.join(models)}")
+    held = {by_label.get(name, name) for name in names}
+    if not set(models) - held:
+        raise ConfigError("sampler.hold_out_models: holds out every model of the pool; training needs at least one")
+    return held
 
 
 def draw_record(draw: PromptDraw) -> dict[str, Any]:
