@@ -71,6 +71,15 @@ def test_doing_nothing_fails_every_write_task(shared_data, domain):
     assert all(not env.score(task, do_nothing(task)).correct for task in writes)
 
 
+def test_an_episode_without_a_reply_fails_even_a_refusal(shared_data):
+    env = env_for(shared_data, "toolscale:bank")
+    task = next(task for task in env.tasks("test") if task.meta["family"] == "refusal")
+    assert env.score(task, do_nothing(task)).correct
+    silent = Trajectory(task_id=task.id, stop_reason="max_turns")
+    score = env.score(task, silent)
+    assert not score.correct and score.details["answered"] is False and score.details["db_match"]
+
+
 def test_forbidden_write_fails_a_refusal_task(shared_data):
     env = env_for(shared_data, "toolscale:bank")
     task = next(task for task in env.tasks("test") if task.meta["family"] == "refusal")

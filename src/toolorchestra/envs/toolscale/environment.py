@@ -4,8 +4,8 @@ Episode state: `tools_for(task)` binds the domain's derived tools to a new `Data
 every episode (one tools_for per task run, as the eval loop and sampler do) has its own copy and
 concurrent episodes never share state. `score` does not trust that live copy: it replays the
 trajectory's tool calls on a fresh database, which keeps scoring deterministic (the Env contract) and
-independent of how the episode was run. Reward basis (as tau2): the final database digest equals the
-gold one, every required fact is in the final answer, and no forbidden write succeeded.
+independent of how the episode was run. Reward basis (as tau2): the episode ends with a reply, the final database
+digest equals the gold one, every required fact is in that reply, and no forbidden write succeeded.
 
 The domain policy, with the environment's own rules, is in `task.meta["system_prompt"]`.
 """
@@ -103,10 +103,12 @@ class ToolScaleEnv(Env):
         db_match = database.digest() == task.meta["expected_hash"]
         answer = trajectory.final_answer or ""
         missing = [fact for fact in task.meta["required_facts"] if not contains_fact(answer, fact)]
-        correct = db_match and not missing and not violations
+        # The episode must end with a reply: without it an agent that never acts would pass every refusal.
+        answered = trajectory.final_answer is not None
+        correct = answered and db_match and not missing and not violations
         return Score(correct=correct, details={"subtask": task.subtask, "family": task.meta["family"],
-                                               "db_match": db_match, "missing_facts": missing,
-                                               "forbidden_taken": violations})
+                                               "answered": answered, "db_match": db_match,
+                                               "missing_facts": missing, "forbidden_taken": violations})
 
 
 def _domain_env(domain: str) -> type[ToolScaleEnv]:
