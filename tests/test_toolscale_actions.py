@@ -20,8 +20,8 @@ from toolorchestra.envs.toolscale.tools import domain_specs
 
 # sha256 of json.dumps([[id, split, prompt, gold_actions, expected_hash, required_facts, forbidden_actions], ...],
 # sort_keys=True) over each domain's tasks of the five earlier families (seed 0, both splits, in order),
-# computed with /tmp/pin.py on commit 6eb8e39 (main, before the actions existed). Evaluations already run
-# stay valid only while these hold.
+# computed with exactly the expression in the test below on commit 6eb8e39 (main, before the actions existed).
+# Evaluations already run stay valid only while these hold.
 BASE_DIGESTS = {
     "bank": (6146, "6ef2df50205919319f567fe61a50aa99278ec1019f86bb0956127e09099474ab"),
     "basketball": (3392, "4fa72b1fc0cc434083b474be088b2c4847dc34aa5c4d812001be2d51846e6aab"),
