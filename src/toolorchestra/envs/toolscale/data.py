@@ -3,7 +3,8 @@
 The file is read once; every episode works on a `Database`, an overlay of changed records over the
 never-mutated base, so an episode can neither write the file nor leak changes into another episode.
 The state hash covers the whole database yet costs only the changed records: equal states hash equal
-because a record written back to its base value leaves the overlay.
+because a record written back to its base value leaves the overlay. Records created in an episode live
+in the overlay too; a deleted base record is an overlay entry of None (a tombstone).
 """
 
 from __future__ import annotations
@@ -86,13 +87,40 @@ class Database:
         self.changed: dict[tuple[str, str], dict[str, Any]] = {}
 
     def keys(self, collection: str) -> list[str]:
-        return list(self.domain.base[collection])
+        """Base keys (less deleted ones), then keys created in this episode, in creation order."""
+        base = self.domain.base[collection]
+        created = [key for (coll, key), record in self.changed.items() if coll == collection and key not in base]
+        return [key for key in base if self.get(collection, key) is not None] + created
 
     def get(self, collection: str, key: str) -> dict[str, Any] | None:
-        return self.changed.get((collection, key), self.domain.base[collection].get(key))
+        if (collection, key) in self.changed:
+            return self.changed[(collection, key)]
+        return self.domain.base[collection].get(key)
 
     def records(self, collection: str) -> list[tuple[str, dict[str, Any]]]:
-        return [(key, self.get(collection, key)) for key in self.domain.base[collection]]  # type: ignore[misc]
+        return [(key, self.get(collection, key)) for key in self.keys(collection)]  # type: ignore[misc]
+
+    def create(self, collection: str, key: str, record: dict[str, Any]) -> dict[str, Any]:
+        """Add a record under a new key (KeyError if the key is taken)."""
+        if self.get(collection, key) is not None:
+            raise KeyError(key)
+        self._store(collection, key, copy.deepcopy(record))
+        return record
+
+    def delete(self, collection: str, key: str) -> dict[str, Any]:
+        """Remove a record (KeyError if absent): a tombstone over the base, or drop a created one."""
+        record = self.get(collection, key)
+        if record is None:
+            raise KeyError(key)
+        self._store(collection, key, None)
+        return record
+
+    def _store(self, collection: str, key: str, record: dict[str, Any] | None) -> None:
+        """Keep the overlay minimal: a record equal to its base value (or an absent one) leaves it."""
+        if record == self.domain.base[collection].get(key):
+            self.changed.pop((collection, key), None)
+        else:
+            self.changed[(collection, key)] = record
 
     def locate_nested(self, shape: CollectionShape, key: str) -> tuple[str, dict[str, Any]] | None:
         """The parent key and nested record with this key (e.g. the client holding card `key`)."""
@@ -113,10 +141,7 @@ class Database:
         for part in parents:
             target = target[part]
         target[last] = value
-        if record == self.domain.base[collection].get(key):
-            self.changed.pop((collection, key), None)
-        else:
-            self.changed[(collection, key)] = record
+        self._store(collection, key, record)
         return record
 
     def digest(self) -> str:

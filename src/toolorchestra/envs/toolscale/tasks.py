@@ -7,7 +7,11 @@ Families (each instruction is a template filled with real records):
 - refusal: an authenticated user asks to change another user's record; the write is forbidden and
   the database must stay unchanged;
 - error_first: the user gives a wrong id first (the gold get fails), then authentication by email
-  recovers the right record.
+  recovers the right record;
+- action_write / action_refusal: the domain's policy actions (envs/toolscale/actions/<domain>.py, e.g.
+  bank transfers): done right, or refused where the policy forbids them (the write must fail through the
+  tool). They come from their own random stream after all other drafts, so adding them left every
+  earlier task unchanged.
 
 Every draft is verified by executing its gold actions through the same tools on a fresh database:
 the expected calls must succeed (the first must fail for error_first), writes must change the state
@@ -25,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toolorchestra.envs.base import Task
+from toolorchestra.envs.toolscale.actions import action_drafts
 from toolorchestra.envs.toolscale.data import (
     CollectionShape,
     Domain,
@@ -34,12 +39,15 @@ from toolorchestra.envs.toolscale.data import (
 from toolorchestra.envs.toolscale.tools import (
     DomainTool,
     ToolSpec,
+    derive_tools,
     domain_specs,
     key_argument,
 )
 
-FAMILIES = ("lookup", "single_write", "multi_write", "refusal", "error_first")
-WRITE_FAMILIES = ("single_write", "multi_write")
+BASE_FAMILIES = ("lookup", "single_write", "multi_write", "refusal", "error_first")
+ACTION_FAMILIES = ("action_write", "action_refusal")
+FAMILIES = BASE_FAMILIES + ACTION_FAMILIES
+WRITE_FAMILIES = ("single_write", "multi_write", "action_write")
 LOOKUPS_PER_RECORD = 3
 MAX_FACT_CHARS = 60
 TEST_SHARE = 60  # percent of owners whose tasks go to the test split
@@ -55,6 +63,7 @@ class Draft:
     facts: list[str] = field(default_factory=list)
     forbidden: list[dict[str, Any]] = field(default_factory=list)  # {"name", "argument", "value"}
     error_first: bool = False
+    refused: list[dict[str, Any]] = field(default_factory=list)  # calls the policy forbids: they must fail
 
 
 def action(name: str, **arguments: Any) -> dict[str, Any]:
@@ -96,11 +105,13 @@ def humanize(path: str) -> str:
 class Generator:
     """Drafts tasks for one domain from its records with one seeded random stream."""
 
-    def __init__(self, domain: Domain, seed: int) -> None:
-        self.domain, self.rng = domain, random.Random(f"{seed}:{domain.name}")
+    def __init__(self, domain: Domain, seed: int, stream: str = "") -> None:
+        """stream names an extra random stream (the action families use their own, "actions")."""
+        self.domain, self.rng = domain, random.Random(f"{seed}:{domain.name}" + (f":{stream}" if stream else ""))
         self.shapes = domain.shapes
         self.people = [shape for shape in self.shapes.values() if shape.email_path]
-        self.specs = {spec.name: spec for spec in domain_specs(domain)}
+        # the derived tools only: the refusals' forbidden writes must not change when actions are added
+        self.specs = {spec.name: spec for spec in derive_tools(domain.shapes, domain.nested)}
         self.status_targets = self.find_status_targets()
 
     # --- owners and people -------------------------------------------------------------------
@@ -283,7 +294,10 @@ def execute(domain: Domain, actions: list[dict[str, Any]]) -> tuple[list[Any], s
 
 def verify(domain: Domain, draft: Draft) -> str | None:
     """The expected hash if the gold actions behave as the family demands, else None (dropped)."""
-    results, digest = execute(domain, draft.actions)
+    results, digest = execute(domain, draft.actions + draft.refused)
+    results, refused = results[:len(draft.actions)], results[len(draft.actions):]
+    if not all(result is not None and result.error for result in refused):
+        return None
     for index, result in enumerate(results):
         should_fail = draft.error_first and index == 0
         if result is None or bool(result.error) != should_fail:
@@ -306,7 +320,7 @@ def generate_tasks(domain: Domain, seed: int = 0) -> list[Task]:
     """All verified tasks of a domain, both splits, in a fixed order."""
     tasks: list[Task] = []
     counters: dict[str, int] = {}
-    for draft in Generator(domain, seed).drafts():
+    for draft in Generator(domain, seed).drafts() + action_drafts(Generator(domain, seed, stream="actions")):
         expected = verify(domain, draft)
         if expected is None:
             continue
@@ -317,4 +331,6 @@ def generate_tasks(domain: Domain, seed: int = 0) -> list[Task]:
             meta={"domain": domain.name, "family": draft.family, "owner": draft.owner,
                   "gold_actions": draft.actions, "expected_hash": expected, "required_facts": draft.facts,
                   "forbidden_actions": draft.forbidden, "writes": draft.family in WRITE_FAMILIES}))
+        if draft.refused:  # the forbidden request itself, shown to fail by the verification
+            tasks[-1].meta["refused_actions"] = draft.refused
     return tasks

@@ -11,6 +11,8 @@ Per collection (see data.CollectionShape):
 Records nested inside others (a field mapping ids to records carrying that id, e.g. a bank client's
 cards and accounts) get get_<record> and the status actions too: freeze_card, unfreeze_account, ...
 
+Domain policy actions the rules cannot derive (bank transfers, ...) come from envs/toolscale/actions/.
+
 Every tool validates its arguments against its JSON schema and answers a bad call with
 ToolResult(error=...) naming the field; nothing raises out of `run`. Tools read and write only the
 episode's `Database`, never the file.
@@ -270,7 +272,18 @@ def derive_tools(shapes: dict[str, CollectionShape],
 
 
 def domain_specs(domain: Domain) -> list[ToolSpec]:
-    return derive_tools(domain.shapes, domain.nested)
+    """The derived tools, then the domain's policy actions (envs/toolscale/actions/<domain>.py, if any)."""
+    # imported here: the action modules build on this one
+    from toolorchestra.envs.toolscale.actions import action_specs
+
+    return derive_tools(domain.shapes, domain.nested) + action_specs(domain)
 
 
-__all__ = ["DomainTool", "ToolFailure", "ToolSpec", "derive_tools", "domain_specs", "key_argument", "leaf_paths"]
+def object_schema(required: dict[str, Any], optional: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A strict JSON schema for an action's arguments."""
+    return {"type": "object", "properties": {**required, **(optional or {})}, "required": list(required),
+            "additionalProperties": False}
+
+
+__all__ = ["DomainTool", "ToolFailure", "ToolSpec", "derive_tools", "domain_specs", "key_argument", "leaf_paths",
+           "object_schema"]

@@ -1,0 +1,78 @@
+"""Per-domain policy actions that the schema rules cannot derive, registered by domain name.
+
+A domain's optional module `actions/<domain>.py` provides
+- `specs(domain) -> list[ToolSpec]`: its action tools (validated like every derived tool; a broken rule
+  of the policy is a ToolFailure naming the rule), appended after the derived tools;
+- `drafts(generator) -> list[Draft]`: tasks using them (families `action_write`, `action_refusal`),
+  drafted from the generator's own random stream and verified like every other task.
+This package owns the lookup of those modules and the helpers they share (the fixed clock, new keys,
+amounts); the generic derivation in `tools.py` knows nothing of any domain.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import math
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec
+
+if TYPE_CHECKING:
+    from toolorchestra.envs.toolscale.data import Database, Domain
+    from toolorchestra.envs.toolscale.tasks import Draft, Generator
+
+NOW = "2025-10-16T12:00:00Z"  # the episode clock (after every timestamp in the data): writes stay deterministic
+KEY_ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def actions_module(domain_name: str) -> ModuleType | None:
+    """`actions/<domain_name>.py` if the domain has one."""
+    try:
+        return importlib.import_module(f"{__name__}.{domain_name}")
+    except ModuleNotFoundError as error:
+        if error.name != f"{__name__}.{domain_name}":
+            raise
+        return None
+
+
+def action_specs(domain: Domain) -> list[ToolSpec]:
+    module = actions_module(domain.name)
+    return list(module.specs(domain)) if module else []
+
+
+def action_drafts(generator: Generator) -> list[Draft]:
+    module = actions_module(generator.domain.name)
+    return list(module.drafts(generator)) if module else []
+
+
+def new_key(database: Database, collection: str, length: int = 8) -> str:
+    """A fresh key for a created record, derived from the collection's size: the same writes in the same
+    order give the same keys, so the gold and the agent's episode reach the same database hash."""
+    counter = len(database.keys(collection))
+    while True:
+        digest = int(hashlib.sha256(f"{collection}:{counter}".encode()).hexdigest(), 16)
+        key = "".join(KEY_ALPHABET[(digest >> (6 * i)) % len(KEY_ALPHABET)] for i in range(length))
+        if database.get(collection, key) is None:
+            return key
+        counter += 1
+
+
+def positive_amount(arguments: dict[str, Any], name: str = "amount", allow_zero: bool = False) -> float:
+    """The validated amount argument: a finite number > 0 (>= 0 with allow_zero), as a float."""
+    value = arguments[name]
+    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        raise ToolFailure(f"invalid argument {name}: expected a finite number {'>=' if allow_zero else '>'} 0, "
+                          f"got {value!r}")
+    return float(value)
+
+
+def money(value: float) -> float:
+    return round(value, 2)
+
+
+AMOUNT_SCHEMA = {"type": "number", "exclusiveMinimum": 0}
+
+__all__ = ["AMOUNT_SCHEMA", "NOW", "action_drafts", "action_specs", "actions_module", "money", "new_key",
+           "positive_amount"]

@@ -1,0 +1,152 @@
+"""ToolScale policy actions (envs/toolscale/actions/): the earlier task families are byte-identical, the
+bank and restaurant actions enforce their policy rules with clear errors, created records live in the
+episode's overlay, and the action families are generated, verified and split like the others."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from toolorchestra.envs.toolscale.data import DOMAINS, load_domain
+from toolorchestra.envs.toolscale.tasks import (
+    ACTION_FAMILIES,
+    BASE_FAMILIES,
+    generate_tasks,
+)
+from toolorchestra.envs.toolscale.tools import domain_specs
+
+# sha256 of json.dumps([[id, split, prompt, gold_actions, expected_hash, required_facts, forbidden_actions], ...],
+# sort_keys=True) over each domain's tasks of the five earlier families (seed 0, both splits, in order),
+# computed with exactly the expression in the test below on commit 6eb8e39 (main, before the actions existed).
+# Evaluations already run stay valid only while these hold.
+BASE_DIGESTS = {
+    "bank": (6146, "6ef2df50205919319f567fe61a50aa99278ec1019f86bb0956127e09099474ab"),
+    "basketball": (3392, "4fa72b1fc0cc434083b474be088b2c4847dc34aa5c4d812001be2d51846e6aab"),
+    "ecommerce": (1476, "393b7ba8aafa188f7675ef151bddd83a7cb66f2bd72197993de1a64bd3c04626"),
+    "medicine": (1088, "e932423d41612f00f47c60a58125db12ca9285d9976e186fa7679c67ca8bd274"),
+    "movie": (918, "b1a9c0e277c14f1cc35ab653572ae0b0c8e17d9d5257e8c79ce74a60b4268205"),
+    "railway": (1872, "e18b8e79cdd4a3b54bfc5a2ef754fe6b81285cecb35bb9522e993928ca64f6da"),
+    "restaurant": (1980, "1e6289c8e593ab993af02c3b8f63b27897fbeb3cc3756b4402c2b1f016da9df7"),
+    "school": (2064, "f5b17f220a209e2af4a3a5bfd8d9ad5418157099f8b0d9db79e55336a8be3f73"),
+    "travel": (1419, "67de20ae5b9792e76fdd4156dbacc0cca00e54829f9fa4a3181d7315e3ca4b8e"),
+    "weather": (528, "efdd29bd5262f2fb604bfca86c87ef644ad6a74545aca04fe38f451fb067ecb1"),
+}
+
+
+@pytest.mark.parametrize("domain", DOMAINS)
+def test_earlier_families_are_byte_identical(shared_data, domain):
+    tasks = [t for t in generate_tasks(load_domain(shared_data, domain), 0) if t.meta["family"] in BASE_FAMILIES]
+    rows = [[t.id, t.split, t.prompt, t.meta["gold_actions"], t.meta["expected_hash"], t.meta["required_facts"],
+             t.meta["forbidden_actions"]] for t in tasks]
+    digest = hashlib.sha256(json.dumps(rows, sort_keys=True).encode()).hexdigest()
+    assert (len(tasks), digest) == BASE_DIGESTS[domain]
+
+
+def tools_of(shared_data: Path, name: str):
+    domain = load_domain(shared_data, name)
+    database = domain.new_database()
+    return database, {spec.name: spec.bind(database) for spec in domain_specs(domain)}
+
+
+def test_transfer_to_beneficiary_enforces_the_bank_policy(shared_data):
+    database, tools = tools_of(shared_data, "bank")
+    transfer = tools["initiate_transfer_to_beneficiary"]
+    ok = {"client_id": "03DZE1C1", "from_account_id": "1U8RIZ41", "beneficiary_id": "IL32HDL1", "amount": 1000.0}
+    beneficiaries = database.domain.base["beneficiaries"]
+    suspended = next(b for b in beneficiaries.values() if b["status"] == "suspended")
+    pending = next(b for b in beneficiaries.values() if b["status"] == "active"
+                   and b["verification"]["status"] == "pending")
+    expect = [
+        ({**ok, "amount": 0}, "invalid argument amount"),
+        ({**ok, "amount": 600000.0}, "exceeds the per-transfer limit 500000.0"),
+        ({**ok, "client_id": "nope"}, "does not belong to client 'nope'"),
+        ({**ok, "from_account_id": "XXXX"}, "from_account_id 'XXXX' is not an account of client"),
+        ({**ok, "beneficiary_id": suspended["beneficiary_id"], "client_id": suspended["client_id"]}, "must be active"),
+        ({**ok, "beneficiary_id": pending["beneficiary_id"], "client_id": pending["client_id"]}, "is not verified"),
+    ]
+    for arguments, message in expect:
+        result = transfer.call(arguments)
+        assert result.error and message in result.error, (arguments, result.error)
+    assert database.changed == {}
+    done = json.loads(transfer.call(ok).output)
+    account = json.loads(tools["get_account"].call({"account_id": "1U8RIZ41"}).output)
+    assert account["balance"]["available"] == 739000.0 and account["balance"]["current"] == 749000.0
+    posted = json.loads(tools["get_transaction"].call({"transaction_id": done["transaction_id"]}).output)
+    assert posted["amount"] == 1000.0 and posted["direction"] == "debit" and posted["balance_after"] == 749000.0
+    assert done["transaction_id"] in json.loads(tools["find_transactions_by_client_id"].call(
+        {"value": "03DZE1C1"}).output)["transaction_ids"]
+    assert not transfer.call({**ok, "amount": 499000.0}).error  # within the limit: 240000 left available
+    big = transfer.call({**ok, "amount": 499000.0})  # within the limit, above what is left available
+    assert big.error and "insufficient available balance in account '1U8RIZ41': available 240000.0" in big.error
+
+
+def test_created_records_hash_and_vanish_like_any_change(shared_data):
+    database, tools = tools_of(shared_data, "bank")
+    pristine = database.digest()
+    record = {"transaction_id": "NEW1", "client_id": "03DZE1C1"}
+    database.create("transactions", "NEW1", record)
+    assert database.get("transactions", "NEW1") == record and "NEW1" in database.keys("transactions")
+    with pytest.raises(KeyError):
+        database.create("transactions", "NEW1", record)
+    assert database.digest() != pristine
+    database.delete("transactions", "NEW1")
+    assert database.digest() == pristine  # created then deleted: nothing changed
+    first = database.keys("transactions")[0]
+    database.delete("transactions", first)
+    assert first not in database.keys("transactions") and tools["get_transaction"].call(
+        {"transaction_id": first}).error
+    assert first in database.domain.base["transactions"]  # the base is never touched
+
+
+def test_add_beneficiary_creates_a_pending_owned_record(shared_data):
+    _, tools = tools_of(shared_data, "bank")
+    arguments = {"client_id": "03DZE1C1", "beneficiary_id": "NEWBEN01", "type": "individual",
+                 "display_name": "Eva Kiss", "first_name": "Eva", "last_name": "Kiss", "bank_name": "OTP",
+                 "account_number_masked": "****9999", "allowed_from_account_ids": ["1U8RIZ41"],
+                 "address": {"address1": "Fo utca 1", "city": "Budapest", "state": "Pest", "zip": "1011",
+                             "country": "Hungary"}, "per_transfer_limit": 1000.0, "daily_limit": 2000.0}
+    business = tools["add_beneficiary"].call({**arguments, "type": "business"})
+    assert "business_name" in business.error
+    foreign = tools["add_beneficiary"].call({**arguments, "allowed_from_account_ids": ["XXXX"]})
+    assert "'XXXX' is not an account of client" in foreign.error
+    assert json.loads(tools["add_beneficiary"].call(arguments).output)["verification_status"] == "pending"
+    assert "NEWBEN01" in json.loads(tools["get_client"].call({"client_id": "03DZE1C1"}).output)["beneficiary_ids"]
+    assert "already exists" in tools["add_beneficiary"].call(arguments).error
+    transfer = {"client_id": "03DZE1C1", "from_account_id": "1U8RIZ41", "beneficiary_id": "NEWBEN01", "amount": 10.0}
+    assert "not verified" in tools["initiate_transfer_to_beneficiary"].call(transfer).error
+    tools["verify_beneficiary"].call({"client_id": "03DZE1C1", "beneficiary_id": "NEWBEN01"})
+    assert not tools["initiate_transfer_to_beneficiary"].call(transfer).error
+
+
+def test_restaurant_cancel_needs_a_placed_ticket_and_refunds_payments(shared_data):
+    database, tools = tools_of(shared_data, "restaurant")
+    tickets = database.domain.base["service_tickets"]
+    busy = next(ref for ref, t in tickets.items() if t["state"] == "in_progress")
+    assert "only placed tickets can be cancelled" in tools["cancel_ticket"].call(
+        {"ticket_ref": busy, "reason": "late"}).error
+    ref, placed = next((ref, t) for ref, t in tickets.items() if t["state"] == "placed")
+    done = json.loads(tools["cancel_ticket"].call({"ticket_ref": ref, "reason": "ordered by mistake"}).output)
+    paid = [c for c in placed["charges"] if c["kind"] == "payment"]
+    assert done["state"] == "cancelled" and len(done["refunds"]) == len(paid)
+    instrument = paid[0]["instrument_ref"] if paid else "x"
+    tip = tools["add_tip"].call({"ticket_ref": ref, "amount": 10, "instrument_ref": instrument})
+    assert "is cancelled" in tip.error
+
+
+@pytest.mark.parametrize("domain", ["bank", "restaurant"])
+def test_action_families_are_verified_and_split_by_user(shared_data, domain):
+    tasks = generate_tasks(load_domain(shared_data, domain), 0)
+    families = [t.meta["family"] for t in tasks]
+    first = min(families.index(family) for family in ACTION_FAMILIES)
+    assert families[:first] == [f for f in families if f in BASE_FAMILIES]  # appended after the earlier ones
+    actions = [t for t in tasks if t.meta["family"] in ACTION_FAMILIES]
+    assert {t.meta["family"] for t in actions} == set(ACTION_FAMILIES)
+    assert sum(t.split == "test" for t in actions) >= 100
+    for task in actions:
+        if task.meta["family"] == "action_refusal":  # the forbidden request is in the task and fails
+            assert task.meta["refused_actions"] and not task.meta["writes"]
+    by_owner = {(t.meta["owner"], t.split) for t in tasks}
+    assert len({owner for owner, _ in by_owner}) == len(by_owner)  # no user in both splits
