@@ -7,12 +7,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
+CLI=${CLI:-.venv/bin/toolorchestra}
 N=${N:-150}
 OUT=${OUT:-out/generalization}
 ORCH=orchestrator:smollm2-135m-orchestrator
 run() {  # run NAME ARGS...: one eval into $OUT/NAME (resumes if it was interrupted)
   local name=$1; shift
-  OMP_NUM_THREADS=1 $PY -m toolorchestra.cli.main eval --policy $ORCH --tools answer --max-turns 1 --max-tokens 40 \
+  OMP_NUM_THREADS=1 $CLI eval --policy $ORCH --tools answer --max-turns 1 --max-tokens 40 \
     --concurrency 8 --no-progress --out "$OUT/$name" "$@"
 }
 for pref in accuracy cost; do

@@ -487,3 +487,17 @@ async def test_smollm2_batches_three_concurrent_requests(smollm2: LocalBackend,
         assert completion.usage.completion_tokens in (len(generated), len(generated) + 1)
         assert 1 <= completion.usage.completion_tokens <= 24
         assert completion.text
+
+
+def test_rows_over_different_catalogs_are_generated_apart() -> None:
+    """Rows whose prompts part early (two ToolScale domains) share no cacheable prefix: they are split into
+    groups that each read their own prefix from the cache; short prompts and rows that share their start with
+    no other row stay in one batch as before."""
+    from toolorchestra.backends.local import _Prepared, _prefix_groups
+    from toolorchestra.backends.prefix_cache import MIN_SHARED_TOKENS
+
+    long_a = list(range(3, 3 + MIN_SHARED_TOKENS + 20))
+    long_b = [7] + long_a[1:]
+    long_c = [8] + long_a[1:]
+    rows = [_Prepared(None, ids, False) for ids in (long_a, long_b, long_a + [9], [1, 2], [5], long_b + [4], long_c)]
+    assert _prefix_groups(rows) == [[0, 2], [1, 5], [3, 4, 6]]

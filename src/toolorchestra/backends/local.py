@@ -465,9 +465,13 @@ class LocalBackend(Backend):
         """Generate one batch (same sampling key) and turn each row into a Completion."""
         loaded = self.loaded
         prepared = [self._prepare(loaded, request) for request in requests]
+        generated: dict[int, list[int]] = {}
         with loaded.lock:
-            rows = _generate(loaded, prepared, self.reasoning_tokens, requests[0].sampling)
-        return [self._completion(loaded, item, ids) for item, ids in zip(prepared, rows)]
+            for group in _prefix_groups(prepared) if loaded.prefix_cache is not None else [list(range(len(prepared)))]:
+                rows = _generate(loaded, [prepared[index] for index in group], self.reasoning_tokens,
+                                 requests[0].sampling)
+                generated.update(zip(group, rows))
+        return [self._completion(loaded, item, generated[index]) for index, item in enumerate(prepared)]
 
     def _prepare(self, loaded: _LoadedModel, request: _Request) -> _Prepared:
         plain = to_plain_messages(request.messages, request.tools)
@@ -491,6 +495,25 @@ class LocalBackend(Backend):
             latency_s=time.perf_counter() - item.request.started,
             model=self.name,
         )
+
+
+def _prefix_groups(prepared: list[_Prepared]) -> list[list[int]]:
+    """Row indices split so that each group shares a cacheable prompt prefix. Rows over different tool
+    catalogs (e.g. two ToolScale domains, whose prompts part after a few dozen tokens) share none, and one
+    batch of them would prefill every row's whole prompt; generated apart, each group reads its catalog's
+    prefix from the cache. Rows that share a prefix stay in one batch, in their order."""
+    from toolorchestra.backends.prefix_cache import MIN_SHARED_TOKENS
+
+    groups: dict[tuple[int, ...] | None, list[int]] = {}
+    for index, item in enumerate(prepared):
+        # Prompts too short to cache anything stay together, batched as before.
+        key = tuple(item.prompt_ids[:MIN_SHARED_TOKENS]) if len(item.prompt_ids) > MIN_SHARED_TOKENS else None
+        groups.setdefault(key, []).append(index)
+    # A row that shares its start with no other row gains nothing from a batch of its own: the rows left
+    # over stay together, batched as before.
+    shared = [group for key, group in groups.items() if key is not None and len(group) > 1]
+    rest = sorted(index for key, group in groups.items() if key is None or len(group) == 1 for index in group)
+    return shared + ([rest] if rest else [])
 
 
 def _check_max_tokens(max_tokens: int) -> int:

@@ -1,0 +1,68 @@
+"""Task success per family and domain, valid-call rate and turns per episode of toolscale eval dirs, over the
+first N tasks of each run (the order `toolorchestra eval --per-subtask` evaluates them in), as Markdown.
+
+    python scripts/toolscale_table.py 10 out/toolscale/untrained out/toolscale/sft out/toolscale/grpo
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+
+def episodes(run: Path, limit: int) -> list[dict]:
+    order = [json.loads(line) for line in (run / "trajectories.jsonl").read_text().splitlines() if line.strip()]
+    order.sort(key=_task_rank)
+    return order[:limit]
+
+
+def _task_rank(trajectory: dict) -> tuple[int, str]:
+    # Tasks were evaluated in the split's domain order with one per family; ids carry domain and family.
+    domain, family, number = trajectory["task_id"].rsplit("-", 2)
+    families = ("lookup", "single_write", "multi_write", "refusal", "error_first")
+    domains = ("bank", "basketball", "ecommerce", "medicine", "movie", "railway", "restaurant", "school", "travel",
+               "weather")
+    return (domains.index(domain) * 10 + (families.index(family) if family in families else 9), number)
+
+
+def summary(trajectories: list[dict]) -> dict[str, str]:
+    by_family: dict[str, list[bool]] = defaultdict(list)
+    policy_turns = calls = malformed = 0
+    for trajectory in trajectories:
+        by_family[trajectory["task_id"].rsplit("-", 2)[1]].append(bool(trajectory["correct"]))
+        called_turns = {step["turn"] for step in trajectory["steps"] if step["kind"] != "orchestrator"}
+        for step in trajectory["steps"]:
+            if step["kind"] == "orchestrator":
+                policy_turns += 1
+                # a valid turn makes at least one tool call and writes no malformed one
+                malformed += bool(step.get("error")) or step["turn"] not in called_turns
+            else:
+                calls += 1
+    solved = sum(bool(t["correct"]) for t in trajectories)
+    row = {"success": f"{solved}/{len(trajectories)}"}
+    row.update({family: f"{sum(oks)}/{len(oks)}" for family, oks in sorted(by_family.items())})
+    row["turns/episode"] = f"{policy_turns / max(len(trajectories), 1):.1f}"
+    row["valid-call turns"] = f"{1 - malformed / max(policy_turns, 1):.2f}"
+    row["tool calls"] = str(calls)
+    row["answered"] = f"{sum(t.get('final_answer') is not None for t in trajectories)}/{len(trajectories)}"
+    return row
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 2 or not argv[0].isdigit():
+        print(__doc__.strip(), file=sys.stderr)
+        return 2
+    limit = int(argv[0])
+    rows = {Path(run).name: summary(episodes(Path(run), limit)) for run in argv[1:]}
+    columns = list(dict.fromkeys(key for row in rows.values() for key in row))
+    print("| run | " + " | ".join(columns) + " |")
+    print("|" + " --- |" * (len(columns) + 1))
+    for name, row in rows.items():
+        print(f"| {name} | " + " | ".join(row.get(column, "") for column in columns) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
