@@ -161,3 +161,22 @@ def test_nothing_to_train_is_a_config_error(tmp_path) -> None:
 def test_shipped_toolscale_configs_validate(name) -> None:
     config = load_train_config(REPO / "configs" / "train" / "toolscale-smollm2" / f"{name}.yaml")
     assert config.data.env == "toolscale:all" and config.actor.stop_gradient_prefix
+
+
+def test_gold_targets_on_an_env_without_gold_actions_stop_with_the_cause(tmp_path) -> None:
+    from _tiny_policy import FakeRoutingEnv, tiny_llama, tiny_tokenizer
+
+    from toolorchestra.errors import TrainingError
+
+    tokenizer = tiny_tokenizer()
+    config = TrainConfig.model_validate({
+        "data": {"env": "fake-routing", "train_batch_size": 1},
+        "model": {"lora_rank": 4, "lora_alpha": 8},
+        "actor": {"ppo_mini_batch_size": 1},
+        "sft": {"targets": "gold_actions", "steps": 1, "max_tasks": 4},
+        "trainer": {"total_training_steps": 0, "default_local_dir": str(tmp_path), "save_merged_model": False},
+    })
+    trainer = Trainer(config, env=FakeRoutingEnv(), model=tiny_llama(tokenizer), tokenizer=tokenizer)
+    with pytest.raises(TrainingError, match="no task carries meta gold_actions"):
+        trainer.fit(show_progress=False)
+    assert not (tmp_path / "checkpoints").exists() or not any((tmp_path / "checkpoints").iterdir())

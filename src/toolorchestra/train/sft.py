@@ -226,6 +226,9 @@ def _no_examples_message(trainer: "Trainer", errors: list[str]) -> str:
     if errors:
         return (f"{message}: {len(errors)} attempts failed. First errors: "
                 f"{format_errors(first_distinct(errors))}")
+    if trainer.config.sft.targets == "gold_actions":
+        return (f"{message}: sft.targets is gold_actions but no task carries meta gold_actions (the toolscale envs "
+                "do); use sft.targets: answer_labels, or sft.steps: 0 to train without the warm start")
     return (f"{message}: no answer-tool label answered any of them correctly (or the env offers no answer tool "
             "with labels); set sft.steps: 0 to train without the warm start")
 
