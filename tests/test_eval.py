@@ -321,3 +321,14 @@ def test_shipped_orchestrator_reproduces_its_committed_decisions(tmp_path, prefe
         rerun = {row["task_id"]: row["label"] for row in csv.DictReader(handle)}
     expected = {row["task_id"]: row["label"] for row in committed if row["task_id"] in rerun}
     assert len(expected) == 8 and rerun == expected
+
+
+def test_ray_without_ray_installed_is_one_clear_error(shared_data, tmp_path, monkeypatch) -> None:
+    from toolorchestra.bench.eval import EvalRequest, run_eval
+    from toolorchestra.errors import UserError
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if the ray extra were not installed
+    request = EvalRequest(env="replay:routerbench", policy="cheapest", out=tmp_path / "run", limit=3,
+                          data_dir=shared_data, ray=True, progress=False)
+    with pytest.raises(UserError, match=r"--ray needs Ray: pip install 'toolorchestra\[ray\]'"):
+        run_eval(request)

@@ -60,7 +60,10 @@ def _portable(request: EvalRequest) -> EvalRequest:
 
 def _play_on_ray(request: EvalRequest, task_ids: list[str], done: set[tuple[str, str]]) -> Any:
     """Yield finished trajectories as chunks come back from the actors."""
-    import ray
+    try:
+        import ray
+    except ImportError:
+        raise UserError("--ray needs Ray: pip install 'toolorchestra[ray]' (or run without --ray)") from None
 
     _init_ray(request)
     worker_class = ray.remote(num_cpus=0)(EvalWorker)
