@@ -25,6 +25,7 @@ DATA_ENV_VAR = "TOOLORCHESTRA_DATA"
 ENVS: dict[str, tuple[str, str]] = {
     "replay:routerbench": ("toolorchestra.envs.replay.routerbench", "RouterBenchEnv"),
     "replay:frames": ("toolorchestra.envs.replay.frames", "FramesEnv"),
+    "replay:frames-typed": ("toolorchestra.envs.replay.frames", "FramesTypedEnv"),
     "toolscale:all": ("toolorchestra.envs.toolscale.environment", "ToolScaleEnv"),
     **{f"toolscale:{domain}": ("toolorchestra.envs.toolscale.environment", f"ToolScale{domain.title()}Env")
        for domain in ("bank", "basketball", "ecommerce", "medicine", "movie", "railway", "restaurant", "school",

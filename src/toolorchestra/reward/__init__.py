@@ -79,15 +79,22 @@ def expected_group_rewards(
     return [p * d + accuracy_weight * (p - all_right) for p, d in zip(p_correct, fixed)]
 
 
-def with_cost_floor(preference: Mapping[str, float], cost_floor: float) -> dict[str, float]:
-    """The preference vector with its cost weight raised to at least `cost_floor` (a training knob).
+def with_cost_floor(preference: Mapping[str, float], cost_floor: float, cost_scale: float = 1.0) -> dict[str, float]:
+    """The preference vector with its cost weight times `cost_scale`, raised to at least `cost_floor`
+    (training knobs; 0 and 1 leave the paper's vector as it is).
 
     Under the accuracy preference (P = {accuracy: 1}) every correct rollout gets the same reward, so the
     optimum is the model most often right whatever it costs: gpt-4 on every RouterBench subset, a point
     that the single gpt-4 baseline matches exactly. A small floor (0.1) breaks the ties among likely-correct
     models by price, lexicographically: accuracy first, then dollars.
+
+    A scale above 1 is what "low cost" means to a pool whose prices span orders of magnitude: the cost
+    feature is min-max normalized over every label, so one very dear label squeezes the others' differences
+    towards 0 and only a larger weight lets them count.
     """
     weights = dict(preference)
+    if "cost" in weights:
+        weights["cost"] = float(weights["cost"]) * cost_scale
     if cost_floor > 0:
         weights["cost"] = max(float(weights.get("cost", 0.0)), cost_floor)
     return weights

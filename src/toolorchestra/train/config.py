@@ -128,6 +128,10 @@ class AlgorithmConfig(_Strict):
         0.0, ge=0, description="raise every preference's cost weight in the reward to at least this (0 = the "
         "paper's vectors): ties among correct answers then go to the cheaper model, which the accuracy "
         "preference's reward otherwise ignores")
+    cost_scale: float = Field(
+        1.0, gt=0, description="multiply every preference's cost weight in the reward by this before cost_floor "
+        "applies (1 = the paper's vectors); with a pool whose dearest label costs 100x the others, the normalized "
+        "cost differences among the rest are tiny and only a larger weight makes 'low cost' prefer the cheaper")
     filter_min_reward_std: float = Field(0.1, ge=0, description="drop groups whose reward std is below this")
     filter_invalid: bool = Field(True, description="drop episodes without a valid final answer or with malformed calls")
 

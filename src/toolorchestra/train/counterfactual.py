@@ -73,9 +73,10 @@ class LabelOutcomes:
         return ToolCall(id="call_0", name=self.tool, arguments={"model": self.labels[index]})
 
 
-async def label_outcomes(env: Env, draw: PromptDraw, cost_floor: float = 0.0) -> LabelOutcomes | None:
+async def label_outcomes(env: Env, draw: PromptDraw, cost_floor: float = 0.0,
+                         cost_scale: float = 1.0) -> LabelOutcomes | None:
     """Run `answer(model=LABEL)` for every offered label through the real tool and score it; None when the
-    draw offers no answer tool with labels. `cost_floor`: see toolorchestra.reward.with_cost_floor."""
+    draw offers no answer tool with labels. `cost_floor`, `cost_scale`: see toolorchestra.reward.with_cost_floor."""
     answer = next((tool for tool in draw.tools if isinstance(tool, AnswerTool) and tool.labels), None)
     if answer is None:
         return None
@@ -100,7 +101,7 @@ async def label_outcomes(env: Env, draw: PromptDraw, cost_floor: float = 0.0) ->
                              f"calls:{answer.name}": 1.0, f"calls:{label}": 1.0})
     finally:
         current_task.reset(token)
-    rewards = group_rewards(features, correct, with_cost_floor(draw.preference.weights(), cost_floor))
+    rewards = group_rewards(features, correct, with_cost_floor(draw.preference.weights(), cost_floor, cost_scale))
     return LabelOutcomes(answer.name, labels, models, correct, cost, latency, rewards, errors, features)
 
 
@@ -121,10 +122,12 @@ class CounterfactualLearner:
                           [list(getattr(tool, "labels", {}).items()) for tool in draw.tools]], sort_keys=True)
         if key not in self._outcomes:
             outcome = self._loop.run_until_complete(
-                label_outcomes(self.trainer.env, draw, self.trainer.config.algorithm.cost_floor))
+                label_outcomes(self.trainer.env, draw, self.trainer.config.algorithm.cost_floor,
+                               self.trainer.config.algorithm.cost_scale))
             if outcome is not None and self._outcome_model is not None:
                 p_correct = self._outcome_model.probabilities(draw.task, outcome.models)
-                weights = with_cost_floor(draw.preference.weights(), self.trainer.config.algorithm.cost_floor)
+                algorithm = self.trainer.config.algorithm
+                weights = with_cost_floor(draw.preference.weights(), algorithm.cost_floor, algorithm.cost_scale)
                 outcome.targets = expected_group_rewards(outcome.features, p_correct, weights)
             self._outcomes[key] = outcome
         return self._outcomes[key]

@@ -7,7 +7,7 @@ recomputes that shared prefix and the prompt once per row. Here the work is done
 
 1. the prefix common to all prompts, once (batch of 1);
 2. each prompt's remainder (its "suffix") over the prefix's KV cache, right-padded;
-3. each continuation over its prompt's KV cache, right-padded.
+3. each prompt's continuations packed into one row over its prompt's KV cache (a mask keeps them apart).
 
 Gradients flow through all three stages (the caches are ordinary tensors in the autograd graph), so the
 result is the exact log-probability of every continuation under the current weights, the same numbers a
@@ -121,24 +121,18 @@ class SharedPrefix:
         tail_scores = None
         if prompt_tails is not None:
             tail_scores = self._prompt_tail_logprobs(hidden, suffix_ids, lengths, prompt_tails, temperature)
-        # Stage 3: every continuation over its prompt's cache.
+        # Stage 3: every continuation over its prompt's cache, all of one prompt's continuations packed into
+        # one row behind it (each attends to the prompt and to its own earlier tokens only), so the prompt's
+        # cache is never copied per continuation.
         owners = [row for row, conts in enumerate(continuations) for _ in conts]
         flat = [list(cont) for conts in continuations for cont in conts]
-        cont_ids, cont_mask = _right_pad(flat, self.pad_id, device)
         owner_index = torch.tensor(owners, device=device)
-        cache = _repeat_rows(cache, owners, self.base)
-        attention = torch.cat([attention[owner_index], cont_mask], dim=-1)
-        positions = (shared + lengths[owner_index]).unsqueeze(-1) + torch.arange(cont_ids.shape[1], device=device)
+        first_ids = torch.tensor([cont[0] for cont in flat], device=device)
         first_logits = head(last_hidden[owner_index]).float() / temperature
-        scores = torch.log_softmax(first_logits, -1).gather(-1, cont_ids[:, :1]).squeeze(-1)
-        if cont_ids.shape[1] > 1:
-            hidden = decoder(input_ids=cont_ids[:, :-1], attention_mask=attention[:, :-1],
-                             position_ids=positions[:, :-1], past_key_values=cache, use_cache=True)[0]
-            scored = cont_mask[:, 1:].bool()
-            logits = head(hidden[scored]).float() / temperature
-            values = torch.log_softmax(logits, -1).gather(-1, cont_ids[:, 1:][scored].unsqueeze(-1)).squeeze(-1)
-            per_token = torch.zeros(scored.shape, dtype=values.dtype, device=device).masked_scatter(scored, values)
-            scores = scores + per_token.sum(-1)
+        scores = torch.log_softmax(first_logits, -1).gather(-1, first_ids.unsqueeze(-1)).squeeze(-1)
+        if any(len(cont) > 1 for cont in flat):
+            scores = scores + self._packed_tails(decoder, head, cache, attention, shared + lengths, continuations,
+                                                 temperature)
         results, start = [], 0
         for row, conts in enumerate(continuations):
             result = scores[start:start + len(conts)]
@@ -147,6 +141,45 @@ class SharedPrefix:
             results.append(result)
             start += len(conts)
         return results
+
+    def _packed_tails(self, decoder: Any, head: Any, cache: Any, attention: "torch.Tensor",
+                      prompt_lengths: "torch.Tensor", continuations: Sequence[Sequence[Sequence[int]]],
+                      temperature: float) -> "torch.Tensor":
+        """log p(tokens 2.. of each continuation), one entry per continuation in order, from one pass per
+        prompt row that packs its continuations' inputs (all tokens but the last) side by side."""
+        import torch
+
+        device, rows = self.device, len(continuations)
+        packed = [[token for cont in conts for token in cont[:-1]] for conts in continuations]
+        width = max(len(tokens) for tokens in packed)
+        ids = torch.full((rows, width), self.pad_id, dtype=torch.long)
+        offsets = torch.zeros((rows, width), dtype=torch.long)  # position within its continuation
+        segment = torch.full((rows, width), -1, dtype=torch.long)  # which continuation (flat index); -1 = pad
+        targets = torch.zeros((rows, width), dtype=torch.long)
+        flat_index = 0
+        for row, conts in enumerate(continuations):
+            column = 0
+            for cont in conts:
+                span = len(cont) - 1
+                ids[row, column:column + span] = torch.tensor(cont[:-1], dtype=torch.long)
+                targets[row, column:column + span] = torch.tensor(cont[1:], dtype=torch.long)
+                offsets[row, column:column + span] = torch.arange(span)
+                segment[row, column:column + span] = flat_index
+                column += span
+                flat_index += 1
+        ids, offsets, segment, targets = ids.to(device), offsets.to(device), segment.to(device), targets.to(device)
+        # the prompt's valid tokens for every query, then its own continuation's tokens up to itself
+        own = (segment.unsqueeze(-1) == segment.unsqueeze(-2)) & (segment.unsqueeze(-1) >= 0)
+        causal = torch.ones((width, width), dtype=torch.bool, device=device).tril()
+        mask = torch.cat([attention.bool().unsqueeze(1).expand(-1, width, -1), own & causal], dim=-1).unsqueeze(1)
+        positions = prompt_lengths.unsqueeze(-1) + offsets
+        hidden = decoder(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
+                         use_cache=True)[0]
+        scored = segment >= 0
+        logits = head(hidden[scored]).float() / temperature
+        values = torch.log_softmax(logits, -1).gather(-1, targets[scored].unsqueeze(-1)).squeeze(-1)
+        total = sum(len(conts) for conts in continuations)
+        return torch.zeros(total, dtype=values.dtype, device=device).index_add(0, segment[scored], values)
 
     def _prompt_tail_logprobs(self, hidden: "torch.Tensor", suffix_ids: "torch.Tensor", lengths: "torch.Tensor",
                               tails: Sequence[int], temperature: float) -> "torch.Tensor":
@@ -185,16 +218,6 @@ def _new_cache(base: Any) -> Any:
     from transformers import DynamicCache
 
     return DynamicCache(config=base.config)
-
-
-def _repeat_rows(cache: Any, rows: Sequence[int], base: Any) -> Any:
-    """A new cache whose row i is row `rows[i]` of `cache` (differentiable; the old cache is left as is)."""
-    import torch
-    from transformers import DynamicCache
-
-    index = torch.tensor(list(rows), device=cache.layers[0].keys.device)
-    data = [(layer.keys.index_select(0, index), layer.values.index_select(0, index)) for layer in cache.layers]
-    return DynamicCache(ddp_cache_data=data, config=base.config)
 
 
 def _right_pad(sequences: Sequence[Sequence[int]], pad_id: int, device: Any) -> tuple["torch.Tensor", "torch.Tensor"]:

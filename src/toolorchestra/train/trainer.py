@@ -172,7 +172,8 @@ class Trainer:
         rollout_time = time.perf_counter() - started
         groups = [[episode for episode in episodes if episode.group == index] for index in range(len(draws))]
         rewards = [group_rewards([e.features() for e in group], [e.correct for e in group],
-                                 with_cost_floor(draws[index].preference.weights(), self.config.algorithm.cost_floor))
+                                 with_cost_floor(draws[index].preference.weights(), self.config.algorithm.cost_floor,
+                                                 self.config.algorithm.cost_scale))
                    for index, group in enumerate(groups)]
         advantages = batch_advantages(rewards, self.config.algorithm.norm_adv_by_std)
         for group, group_rewards_, group_advantages_ in zip(groups, rewards, advantages):

@@ -169,3 +169,28 @@ class FramesEnv(LogWorldEnv):
     def answer_key(self, task: Task, text: str) -> str | None:
         key = normalize(final_answer_text(text))
         return None if not key or key in NOT_ATTEMPTED else key
+
+
+class FramesTypedEnv(FramesEnv):
+    """replay:frames-typed: replay:frames whose orchestrator also reads each question's FRAMES reasoning type.
+
+    FRAMES annotates every question, test ones included, with its reasoning types; the first is the task's
+    `subtask`, which the router baseline's features and the outcome model's targets already use. Here the
+    orchestrator is shown it too, after the question (`meta["query"]`, the text evaluation and training show
+    the orchestrator). Recorded answers, costs (priced from the question alone) and scores are replay:frames'
+    own, so every baseline of replay:frames holds here unchanged."""
+
+    def __init__(self, data_dir: Path, price_file: Path | None = None, judge: LLMJudge | None = None) -> None:
+        super().__init__(data_dir, price_file, judge)
+        self.name = "replay:frames-typed"
+
+    def tasks(self, split: str) -> list[Task]:
+        return [typed(task) for task in super().tasks(split)]
+
+
+def typed(task: Task) -> Task:
+    """The task with its reasoning type after the question, for the orchestrator's eyes only."""
+    if not task.subtask:
+        return task
+    shown = f"{task.meta.get('query') or task.prompt}\n\nQuestion type (FRAMES annotation): {task.subtask}"
+    return task.model_copy(update={"meta": {**task.meta, "query": shown}})
