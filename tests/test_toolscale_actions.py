@@ -136,7 +136,32 @@ def test_restaurant_cancel_needs_a_placed_ticket_and_refunds_payments(shared_dat
     assert "is cancelled" in tip.error
 
 
-@pytest.mark.parametrize("domain", ["bank", "restaurant"])
+def test_basketball_game_status_follows_the_transitions_and_scoring_needs_a_live_game(shared_data):
+    database, tools = tools_of(shared_data, "basketball")
+    games = database.domain.base["games"]
+    final = next(key for key, g in games.items() if g["status"] == "final")
+    scheduled = next(key for key, g in games.items() if g["status"] == "scheduled")
+    update = tools["update_game_status"]
+    assert "final is terminal" in update.call({"game_id": final, "new_status": "scheduled"}).error
+    assert "invalid transition scheduled -> final" in update.call({"game_id": scheduled, "new_status": "final"}).error
+    live, record = next((key, g) for key, g in games.items() if g["status"] == "in_progress")
+    home, scorer = record["clubs"]["home"], record["box_score"][0]["player_id"]
+    event = {"game_id": live, "event_type": "3PT", "points": 3, "club_id": home["club_id"], "player_id": scorer,
+             "timestamp": "Q4 01:02"}
+    score = tools["record_scoring_event"]
+    assert "do not match event_type 3PT" in score.call({**event, "points": 2}).error
+    assert "neither the home nor the away club" in score.call({**event, "club_id": "NOPE"}).error
+    assert "must exist" in score.call({**event, "player_id": "NOPE"}).error
+    assert "only for in_progress games" in score.call({**event, "game_id": final}).error
+    assert database.changed == {}
+    assert json.loads(score.call(event).output)["score"] == home["score"] + 3
+    after = json.loads(tools["get_game"].call({"game_id": live}).output)
+    assert after["scoring_history"][-1]["timestamp"] == "Q4 01:02" and after["clubs"]["home"]["score"] == home["score"] + 3
+    assert not update.call({"game_id": live, "new_status": "final"}).error
+    assert "only for in_progress games" in score.call(event).error  # final now: no more scoring
+
+
+@pytest.mark.parametrize("domain", ["bank", "restaurant", "basketball"])
 def test_action_families_are_verified_and_split_by_user(shared_data, domain):
     tasks = generate_tasks(load_domain(shared_data, domain), 0)
     families = [t.meta["family"] for t in tasks]
