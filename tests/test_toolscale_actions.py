@@ -161,7 +161,43 @@ def test_basketball_game_status_follows_the_transitions_and_scoring_needs_a_live
     assert "only for in_progress games" in score.call(event).error  # final now: no more scoring
 
 
-@pytest.mark.parametrize("domain", ["bank", "restaurant", "basketball"])
+def test_movie_seat_updates_pay_the_exact_difference_and_cancel_refunds_in_full(shared_data):
+    database, tools = tools_of(shared_data, "movie")
+    bookings = database.domain.base["bookings"]
+    pending = next(key for key, b in bookings.items() if b["status"] == "pending")
+    update, cancel = tools["update_booking_seats"], tools["cancel_booking"]
+    seats = [{"seat_id": s["seat_id"], "ticket_type": s["ticket_type"]} for s in bookings["9YZMXMW"]["seats"]]
+    assert "only confirmed bookings" in update.call({"booking_id": pending, "seats": seats}).error
+    show = {"theater_id": "V811UMP", "show_id": "S-CAL-001"}
+    free = json.loads(tools["get_seat_availability"].call({"show_id": "S-CAL-001"}).output)["available"]
+    taken = [{"seat_id": free[0], "ticket_type": "adult"}]
+    total = json.loads(tools["price_preview"].call({**show, "seats": taken}).output)["grand_total"]
+    book = {**show, "seats": taken, "delivery_method": "kiosk",
+            "customer": {"first_name": "A", "last_name": "B", "email": "a@b.c", "phone": "1"},
+            "payments": [{"source": "cash", "payment_method_id": "cash", "amount": total + 1}]}
+    assert "must equal the grand total" in tools["create_booking"].call(book).error
+    book["payments"][0]["amount"] = total
+    created = json.loads(tools["create_booking"].call(book).output)["booking_id"]
+    assert "already booked" in tools["create_booking"].call(book).error
+    assert "not available" in update.call({"booking_id": "9YZMXMW", "seats": taken}).error
+    assert not cancel.call({"booking_id": created}).error  # the seat is free again
+    database.changed.clear()
+    assert "does not exist" in update.call({"booking_id": "9YZMXMW",
+                                             "seats": [{"seat_id": "ZZ9", "ticket_type": "adult"}]}).error
+    dearer = [{**seats[0], "ticket_type": "adult"}, {**seats[1], "ticket_type": "adult"}]
+    assert "one additional payment of exactly" in update.call({"booking_id": "9YZMXMW", "seats": dearer}).error
+    payment = {"source": "wallet", "payment_method_id": "PM0003", "amount": 0.01}
+    assert "exactly" in update.call({"booking_id": "9YZMXMW", "seats": dearer, "payment": payment}).error
+    assert database.changed == {}
+    fewer = json.loads(update.call({"booking_id": "9YZMXMW", "seats": seats[:1]}).output)
+    assert fewer["difference"] < 0 and fewer["payment_history"][-1]["amount"] == fewer["difference"]
+    paid = fewer["totals"]["amount_paid"]
+    done = json.loads(cancel.call({"booking_id": "9YZMXMW"}).output)
+    assert done["status"] == "canceled" and done["refund"]["amount"] == -paid and done["totals"]["amount_paid"] == 0
+    assert "only confirmed or pending" in cancel.call({"booking_id": "9YZMXMW"}).error
+
+
+@pytest.mark.parametrize("domain", ["bank", "restaurant", "basketball", "movie"])
 def test_action_families_are_verified_and_split_by_user(shared_data, domain):
     tasks = generate_tasks(load_domain(shared_data, domain), 0)
     families = [t.meta["family"] for t in tasks]
