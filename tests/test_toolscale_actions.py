@@ -197,7 +197,36 @@ def test_movie_seat_updates_pay_the_exact_difference_and_cancel_refunds_in_full(
     assert "only confirmed or pending" in cancel.call({"booking_id": "9YZMXMW"}).error
 
 
-@pytest.mark.parametrize("domain", ["bank", "restaurant", "basketball", "movie"])
+def test_travel_date_change_needs_an_available_departure_and_a_saved_method(shared_data):
+    database, tools = tools_of(shared_data, "travel")
+    move = tools["update_booking_departure_date"]
+    ok = {"traveler_id": "77FK6FU", "booking_id": "BKG-SE-001", "new_departure_date": "26-01-10",
+          "payment_method_id": "98PCBC3"}
+    expect = [({**ok, "new_departure_date": "26-02-15"}, "is sold_out; only an available departure"),
+              ({**ok, "payment_method_id": "NOPE"}, "is not saved in the profile"),
+              ({**ok, "traveler_id": "IEZSWTL"}, "is not a booking of traveler 'IEZSWTL'"),
+              ({key: value for key, value in ok.items() if key != "payment_method_id"}, "a saved payment_method_id")]
+    for arguments, message in expect:
+        result = move.call(arguments)
+        assert result.error and message in result.error, (arguments, result.error)
+    assert database.changed == {}
+    done = json.loads(move.call(ok).output)
+    assert done["difference"] == (17900.0 - 18500.0) * 2  # a refund of the base-price difference
+    assert done["booking"]["payment_history"][-1] == {"payment_id": "98PCBC3", "amount": -1200.0}
+    departures = json.loads(tools["get_package"].call({"package_id": "EUYRQSW"}).output)["departures"]
+    assert departures["26-01-10"]["available_slots"] == 8 and departures["25-12-05"]["available_slots"] == 10
+    travelers = done["booking"]["travelers"]
+    grown = tools["update_booking_travelers"].call({**{k: ok[k] for k in ("traveler_id", "booking_id")},
+                                                    "travelers": [*travelers, travelers[0]]})
+    assert "number of travelers must remain unchanged" in grown.error
+    meet = {"agent_id": "6VJG21V", "date": "25-08-08", "time_range": "08:30-09:30", "traveler_id": "77FK6FU"}
+    assert "not inside an available slot" in tools["schedule_agent_meeting"].call(
+        {**meet, "time_range": "11:00-12:00"}).error
+    assert not tools["schedule_agent_meeting"].call(meet).error
+    assert "already has a meeting" in tools["schedule_agent_meeting"].call({**meet, "time_range": "09:00-10:00"}).error
+
+
+@pytest.mark.parametrize("domain", ["bank", "restaurant", "basketball", "movie", "travel"])
 def test_action_families_are_verified_and_split_by_user(shared_data, domain):
     tasks = generate_tasks(load_domain(shared_data, domain), 0)
     families = [t.meta["family"] for t in tasks]
