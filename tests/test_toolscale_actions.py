@@ -1,6 +1,6 @@
 """ToolScale policy actions (envs/toolscale/actions/): the earlier task families are byte-identical, the
-bank and restaurant actions enforce their policy rules with clear errors, created records live in the
-episode's overlay, and the action families are generated, verified and split like the others."""
+bank, restaurant, basketball, movie, travel and weather actions enforce their policy rules with clear
+errors, created records live in the episode's overlay, and the action families are generated, verified and split like the others."""
 
 from __future__ import annotations
 
@@ -226,7 +226,27 @@ def test_travel_date_change_needs_an_available_departure_and_a_saved_method(shar
     assert "already has a meeting" in tools["schedule_agent_meeting"].call({**meet, "time_range": "09:00-10:00"}).error
 
 
-@pytest.mark.parametrize("domain", ["bank", "restaurant", "basketball", "movie", "travel"])
+def test_weather_verification_takes_only_the_policy_statuses_and_overwrites_the_date(shared_data):
+    database, tools = tools_of(shared_data, "weather")
+    verify = tools["verify_forecast_for_date"]
+    ok = {"forecast_id": "65", "date": "2025-09-03", "actual_high_c": 25.5, "actual_low_c": 17.0,
+          "actual_precip_mm": 0.4, "status": "verified"}
+    expect = [({**ok, "status": "final"}, "must be one of pending, verified, revised"),
+              ({**ok, "date": "2025-09-31"}, "not a real YYYY-MM-DD date"),
+              ({**ok, "actual_precip_mm": -1}, "cannot be negative"),
+              ({**ok, "forecast_id": "nope"}, "no forecast with forecast_id 'nope'")]
+    for arguments, message in expect:
+        result = verify.call(arguments)
+        assert result.error and message in result.error, (arguments, result.error)
+    assert database.changed == {}
+    assert not verify.call({**ok, "notes": "Sunny."}).error
+    stored = json.loads(tools["get_forecast"].call({"forecast_id": "65"}).output)["verification_by_date"]
+    assert stored["2025-09-03"] == {"status": "verified", "actual_high_c": 25.5, "actual_low_c": 17.0,
+                                    "actual_precip_mm": 0.4, "notes": "Sunny."}
+    assert stored["2025-09-01"]["status"] == "verified"  # other dates untouched
+
+
+@pytest.mark.parametrize("domain", ["bank", "restaurant", "basketball", "movie", "travel", "weather"])
 def test_action_families_are_verified_and_split_by_user(shared_data, domain):
     tasks = generate_tasks(load_domain(shared_data, domain), 0)
     families = [t.meta["family"] for t in tasks]
