@@ -1,6 +1,6 @@
 """ToolScale policy actions (envs/toolscale/actions/): the earlier task families are byte-identical, the
-bank and restaurant actions enforce their policy rules with clear errors, created records live in the
-episode's overlay, and the action families are generated, verified and split like the others."""
+bank, restaurant, basketball, movie, travel and weather actions enforce their policy rules with clear
+errors, created records live in the episode's overlay, and the action families are generated, verified and split like the others."""
 
 from __future__ import annotations
 
@@ -136,7 +136,117 @@ def test_restaurant_cancel_needs_a_placed_ticket_and_refunds_payments(shared_dat
     assert "is cancelled" in tip.error
 
 
-@pytest.mark.parametrize("domain", ["bank", "restaurant"])
+def test_basketball_game_status_follows_the_transitions_and_scoring_needs_a_live_game(shared_data):
+    database, tools = tools_of(shared_data, "basketball")
+    games = database.domain.base["games"]
+    final = next(key for key, g in games.items() if g["status"] == "final")
+    scheduled = next(key for key, g in games.items() if g["status"] == "scheduled")
+    update = tools["update_game_status"]
+    assert "final is terminal" in update.call({"game_id": final, "new_status": "scheduled"}).error
+    assert "invalid transition scheduled -> final" in update.call({"game_id": scheduled, "new_status": "final"}).error
+    live, record = next((key, g) for key, g in games.items() if g["status"] == "in_progress")
+    home, scorer = record["clubs"]["home"], record["box_score"][0]["player_id"]
+    event = {"game_id": live, "event_type": "3PT", "points": 3, "club_id": home["club_id"], "player_id": scorer,
+             "timestamp": "Q4 01:02"}
+    score = tools["record_scoring_event"]
+    assert "do not match event_type 3PT" in score.call({**event, "points": 2}).error
+    assert "neither the home nor the away club" in score.call({**event, "club_id": "NOPE"}).error
+    assert "must exist" in score.call({**event, "player_id": "NOPE"}).error
+    assert "only for in_progress games" in score.call({**event, "game_id": final}).error
+    assert database.changed == {}
+    assert json.loads(score.call(event).output)["score"] == home["score"] + 3
+    after = json.loads(tools["get_game"].call({"game_id": live}).output)
+    assert after["scoring_history"][-1]["timestamp"] == "Q4 01:02" and after["clubs"]["home"]["score"] == home["score"] + 3
+    assert not update.call({"game_id": live, "new_status": "final"}).error
+    assert "only for in_progress games" in score.call(event).error  # final now: no more scoring
+
+
+def test_movie_seat_updates_pay_the_exact_difference_and_cancel_refunds_in_full(shared_data):
+    database, tools = tools_of(shared_data, "movie")
+    bookings = database.domain.base["bookings"]
+    pending = next(key for key, b in bookings.items() if b["status"] == "pending")
+    update, cancel = tools["update_booking_seats"], tools["cancel_booking"]
+    seats = [{"seat_id": s["seat_id"], "ticket_type": s["ticket_type"]} for s in bookings["9YZMXMW"]["seats"]]
+    assert "only confirmed bookings" in update.call({"booking_id": pending, "seats": seats}).error
+    show = {"theater_id": "V811UMP", "show_id": "S-CAL-001"}
+    free = json.loads(tools["get_seat_availability"].call({"show_id": "S-CAL-001"}).output)["available"]
+    taken = [{"seat_id": free[0], "ticket_type": "adult"}]
+    total = json.loads(tools["price_preview"].call({**show, "seats": taken}).output)["grand_total"]
+    book = {**show, "seats": taken, "delivery_method": "kiosk",
+            "customer": {"first_name": "A", "last_name": "B", "email": "a@b.c", "phone": "1"},
+            "payments": [{"source": "cash", "payment_method_id": "cash", "amount": total + 1}]}
+    assert "must equal the grand total" in tools["create_booking"].call(book).error
+    book["payments"][0]["amount"] = total
+    created = json.loads(tools["create_booking"].call(book).output)["booking_id"]
+    assert "already booked" in tools["create_booking"].call(book).error
+    assert "not available" in update.call({"booking_id": "9YZMXMW", "seats": taken}).error
+    assert not cancel.call({"booking_id": created}).error  # the seat is free again
+    database.changed.clear()
+    assert "does not exist" in update.call({"booking_id": "9YZMXMW",
+                                             "seats": [{"seat_id": "ZZ9", "ticket_type": "adult"}]}).error
+    dearer = [{**seats[0], "ticket_type": "adult"}, {**seats[1], "ticket_type": "adult"}]
+    assert "one additional payment of exactly" in update.call({"booking_id": "9YZMXMW", "seats": dearer}).error
+    payment = {"source": "wallet", "payment_method_id": "PM0003", "amount": 0.01}
+    assert "exactly" in update.call({"booking_id": "9YZMXMW", "seats": dearer, "payment": payment}).error
+    assert database.changed == {}
+    fewer = json.loads(update.call({"booking_id": "9YZMXMW", "seats": seats[:1]}).output)
+    assert fewer["difference"] < 0 and fewer["payment_history"][-1]["amount"] == fewer["difference"]
+    paid = fewer["totals"]["amount_paid"]
+    done = json.loads(cancel.call({"booking_id": "9YZMXMW"}).output)
+    assert done["status"] == "canceled" and done["refund"]["amount"] == -paid and done["totals"]["amount_paid"] == 0
+    assert "only confirmed or pending" in cancel.call({"booking_id": "9YZMXMW"}).error
+
+
+def test_travel_date_change_needs_an_available_departure_and_a_saved_method(shared_data):
+    database, tools = tools_of(shared_data, "travel")
+    move = tools["update_booking_departure_date"]
+    ok = {"traveler_id": "77FK6FU", "booking_id": "BKG-SE-001", "new_departure_date": "26-01-10",
+          "payment_method_id": "98PCBC3"}
+    expect = [({**ok, "new_departure_date": "26-02-15"}, "is sold_out; only an available departure"),
+              ({**ok, "payment_method_id": "NOPE"}, "is not saved in the profile"),
+              ({**ok, "traveler_id": "IEZSWTL"}, "is not a booking of traveler 'IEZSWTL'"),
+              ({key: value for key, value in ok.items() if key != "payment_method_id"}, "a saved payment_method_id")]
+    for arguments, message in expect:
+        result = move.call(arguments)
+        assert result.error and message in result.error, (arguments, result.error)
+    assert database.changed == {}
+    done = json.loads(move.call(ok).output)
+    assert done["difference"] == (17900.0 - 18500.0) * 2  # a refund of the base-price difference
+    assert done["booking"]["payment_history"][-1] == {"payment_id": "98PCBC3", "amount": -1200.0}
+    departures = json.loads(tools["get_package"].call({"package_id": "EUYRQSW"}).output)["departures"]
+    assert departures["26-01-10"]["available_slots"] == 8 and departures["25-12-05"]["available_slots"] == 10
+    travelers = done["booking"]["travelers"]
+    grown = tools["update_booking_travelers"].call({**{k: ok[k] for k in ("traveler_id", "booking_id")},
+                                                    "travelers": [*travelers, travelers[0]]})
+    assert "number of travelers must remain unchanged" in grown.error
+    meet = {"agent_id": "6VJG21V", "date": "25-08-08", "time_range": "08:30-09:30", "traveler_id": "77FK6FU"}
+    assert "not inside an available slot" in tools["schedule_agent_meeting"].call(
+        {**meet, "time_range": "11:00-12:00"}).error
+    assert not tools["schedule_agent_meeting"].call(meet).error
+    assert "already has a meeting" in tools["schedule_agent_meeting"].call({**meet, "time_range": "09:00-10:00"}).error
+
+
+def test_weather_verification_takes_only_the_policy_statuses_and_overwrites_the_date(shared_data):
+    database, tools = tools_of(shared_data, "weather")
+    verify = tools["verify_forecast_for_date"]
+    ok = {"forecast_id": "65", "date": "2025-09-03", "actual_high_c": 25.5, "actual_low_c": 17.0,
+          "actual_precip_mm": 0.4, "status": "verified"}
+    expect = [({**ok, "status": "final"}, "must be one of pending, verified, revised"),
+              ({**ok, "date": "2025-09-31"}, "not a real YYYY-MM-DD date"),
+              ({**ok, "actual_precip_mm": -1}, "cannot be negative"),
+              ({**ok, "forecast_id": "nope"}, "no forecast with forecast_id 'nope'")]
+    for arguments, message in expect:
+        result = verify.call(arguments)
+        assert result.error and message in result.error, (arguments, result.error)
+    assert database.changed == {}
+    assert not verify.call({**ok, "notes": "Sunny."}).error
+    stored = json.loads(tools["get_forecast"].call({"forecast_id": "65"}).output)["verification_by_date"]
+    assert stored["2025-09-03"] == {"status": "verified", "actual_high_c": 25.5, "actual_low_c": 17.0,
+                                    "actual_precip_mm": 0.4, "notes": "Sunny."}
+    assert stored["2025-09-01"]["status"] == "verified"  # other dates untouched
+
+
+@pytest.mark.parametrize("domain", ["bank", "restaurant", "basketball", "movie", "travel", "weather"])
 def test_action_families_are_verified_and_split_by_user(shared_data, domain):
     tasks = generate_tasks(load_domain(shared_data, domain), 0)
     families = [t.meta["family"] for t in tasks]
