@@ -241,7 +241,7 @@ def test_scoring_is_deterministic(frames, routerbench):
 def test_unknown_env_and_split_are_user_errors(routerbench):
     names = env_names()
     assert names == sorted(names) and {"replay:frames", "replay:routerbench"} <= set(names)
-    with pytest.raises(UserError, match="valid: replay:frames, replay:routerbench, "):
+    with pytest.raises(UserError, match="valid: replay:frames, replay:frames-typed, replay:routerbench, "):
         make_env("replay:nope", _data_dir())
     with pytest.raises(UserError, match="has splits"):
         routerbench.tasks("dev")
@@ -295,3 +295,22 @@ async def test_llm_judge_grades_free_text_only():
     wrong = next(m for m in env.models() if not env.record(task.id, m).correct)
     inherited = await env.ascore(task, Trajectory(task_id=task.id, final_answer=env.record(task.id, wrong).response))
     assert not inherited.correct and inherited.details["method"] == "inherit" and len(grader.prompts) == 1
+
+
+def test_frames_typed_shows_the_reasoning_type_to_the_orchestrator_only(frames):
+    from toolorchestra.train.rollout import question_text
+
+    typed = make_env("replay:frames-typed", _data_dir())
+    assert typed.name == "replay:frames-typed"
+    for split in ("train", "test"):
+        plain_tasks, typed_tasks = frames.tasks(split), typed.tasks(split)
+        assert [t.id for t in typed_tasks] == [t.id for t in plain_tasks]
+        for plain, shown in zip(plain_tasks[:25], typed_tasks[:25]):
+            # what the orchestrator reads ends with the type; the recorded world (prompt, costs) is unchanged
+            assert question_text(shown, None) == f"{plain.prompt}\n\nQuestion type (FRAMES annotation): {plain.subtask}"
+            assert shown.prompt == plain.prompt and shown.subtask == plain.subtask and shown.gold == plain.gold
+            for model in frames.models()[:4]:
+                assert typed.call_cost(shown, model) == frames.call_cost(plain, model)
+                assert typed.record(shown.id, model).correct == frames.record(plain.id, model).correct
+    # the plain world's cached tasks were not touched
+    assert "query" not in frames.tasks("test")[0].meta

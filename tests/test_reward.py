@@ -117,3 +117,16 @@ def test_mismatched_lengths_raise() -> None:
 def test_reward_package_does_not_import_torch() -> None:
     code = "import sys, toolorchestra.reward; print('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
+
+
+def test_cost_scale_multiplies_the_stated_cost_weight_before_the_floor() -> None:
+    assert with_cost_floor({"accuracy": 1.0, "cost": 1.0}, 0.1, 50.0) == {"accuracy": 1.0, "cost": 50.0}
+    # the accuracy preference states no cost weight: only the floor gives it one
+    assert with_cost_floor({"accuracy": 1.0}, 0.1, 50.0) == {"accuracy": 1.0, "cost": 0.1}
+    assert with_cost_floor({"accuracy": 1.0}, 0.0, 50.0) == {"accuracy": 1.0}
+    # with a dear label in the group, a larger weight is what lets the cheaper of two right labels win by more
+    features = [{"cost": 0.001}, {"cost": 0.002}, {"cost": 0.1}]
+    plain = group_rewards(features, [True, True, False], with_cost_floor({"accuracy": 1.0, "cost": 1.0}, 0.0))
+    scaled = group_rewards(features, [True, True, False], with_cost_floor({"accuracy": 1.0, "cost": 1.0}, 0.0, 50.0))
+    assert plain[0] - plain[1] == pytest.approx(0.001 / 0.099)
+    assert scaled[0] - scaled[1] == pytest.approx(50 * 0.001 / 0.099)
