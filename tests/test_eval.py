@@ -332,3 +332,17 @@ def test_ray_without_ray_installed_is_one_clear_error(shared_data, tmp_path, mon
                           data_dir=shared_data, ray=True, progress=False)
     with pytest.raises(UserError, match=r"--ray needs Ray: pip install 'toolorchestra\[ray\]'"):
         run_eval(request)
+
+
+def test_task_ids_pick_those_tasks_of_the_split_and_name_a_missing_one(tmp_path):
+    env = make_env("replay:routerbench", DATA)
+    test = env.tasks("test")
+    wanted = [test[7].id, test[2].id, test[30].id]
+    metrics = _eval(tmp_path, f"single:{GPT4}", task_ids=wanted)
+    assert metrics["n"] == 3
+    ran = [json.loads(line)["task_id"] for line in (tmp_path / f"single_{GPT4}" / "trajectories.jsonl").open()]
+    assert sorted(ran) == sorted(wanted)
+    assert metrics["correct"] == sum(env.record(task_id, GPT4).correct for task_id in wanted)
+    train_id = env.tasks("train")[0].id
+    with pytest.raises(UserError, match=f"--task-ids: --env replay:routerbench --split test has no task {train_id}"):
+        _eval(tmp_path / "bad", f"single:{GPT4}", task_ids=[test[0].id, train_id])

@@ -49,6 +49,7 @@ class EvalRequest:
     split: str = "test"
     limit: int | None = None
     per_subtask: int | None = None
+    task_ids: list[str] | None = None  # --task-ids: only these tasks of the split, in the split's order
     concurrency: int = 8
     seed: int = 0
     data_dir: Path | None = None
@@ -72,6 +73,8 @@ class EvalRequest:
         fields = {"env": self.env, "split": self.split, "policy": self.policy, "seed": self.seed}
         if self.per_subtask is not None:
             fields["per_subtask"] = self.per_subtask
+        if self.task_ids:
+            fields["task_ids"] = list(self.task_ids)
         if self.judge:
             fields["judge"] = self.judge
         if self.price_scale:
@@ -98,6 +101,8 @@ def run_eval(request: EvalRequest) -> dict[str, Any]:
     if request.per_subtask is not None and request.per_subtask < 1:
         raise UserError(f"--per-subtask {request.per_subtask}: expected a positive number of tasks")
     tasks = env.tasks(request.split)
+    if request.task_ids:
+        tasks = tasks_with_ids(tasks, request.task_ids, f"--env {request.env} --split {request.split}")
     if request.per_subtask is not None:
         tasks = first_per_subtask(tasks, request.per_subtask)
     tasks = tasks[: request.limit]
@@ -138,6 +143,16 @@ def _check_hold_out(env: Env, names: Sequence[str]) -> None:
     if unknown:
         raise UserError(f"--hold-out-models: {env.name} has no model {', '.join(map(repr, unknown))}; models: "
                         f"{', '.join(models())}")
+
+
+def tasks_with_ids(tasks: Sequence[Task], task_ids: Sequence[str], where: str) -> list[Task]:
+    """The tasks named by `task_ids`, in the split's order; an id the split lacks is a UserError naming it."""
+    wanted = set(task_ids)
+    missing = sorted(wanted - {task.id for task in tasks})
+    if missing:
+        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        raise UserError(f"--task-ids: {where} has no task {shown}")
+    return [task for task in tasks if task.id in wanted]
 
 
 def first_per_subtask(tasks: Sequence[Task], count: int) -> list[Task]:

@@ -70,7 +70,7 @@ def eval_command(
                                     "episodes in flight."),
     ray_address: Optional[str] = typer.Option(None, "--ray-address", help="--ray: a Ray cluster to join "
                                               "(e.g. auto, or ray://HEAD:10001); default: start a local one."),
-    task_ids: Optional[str] = typer.Option(None, "--task-ids", help="tau2: comma-separated task ids (any split)."),
+    task_ids: Optional[str] = typer.Option(None, "--task-ids", help="Only these comma-separated task ids (of --split; tau2: any split)."),
     num_trials: int = typer.Option(1, "--num-trials", help="tau2: trials per task (pass^k for k = 1..K)."),
     max_steps: int = typer.Option(200, "--max-steps", help="tau2: simulation step cap (tau2's max_steps)."),
     max_errors: int = typer.Option(10, "--max-errors", help="tau2: tool-error cap per simulation."),
@@ -98,7 +98,7 @@ def eval_command(
     if policy is None:
         raise UserError(f"--policy is required for --env {env}")
     request = EvalRequest(env=env, policy=policy, out=out, split=split or "test", limit=limit,
-                          per_subtask=per_subtask,
+                          per_subtask=per_subtask, task_ids=_names(task_ids),
                           concurrency=concurrency, seed=0 if seed is None else seed, data_dir=data_dir,
                           config=config, prefer=prefer, max_turns=max_turns,
                           max_tokens=max_tokens, delay_s=delay, progress=not no_progress, judge=judge,
