@@ -46,7 +46,9 @@ class Unit:
 
     @property
     def world(self) -> str:
-        return self.env.split(":", 1)[-1]
+        from toolorchestra.envs.registry import world_of
+
+        return world_of(self.env)
 
 
 def load_units(eval_dir: Path) -> list[Unit]:

@@ -33,6 +33,16 @@ ENVS: dict[str, tuple[str, str]] = {
 }
 
 
+# Envs that are another env's world seen differently by the orchestrator (same tasks, records and costs):
+# their results sit beside, and are checked against, that world's.
+SAME_WORLD: dict[str, str] = {"replay:frames-typed": "replay:frames"}
+
+
+def world_of(name: str) -> str:
+    """The world an env's results belong to: `frames` for replay:frames and replay:frames-typed."""
+    return SAME_WORLD.get(name, name).split(":", 1)[-1]
+
+
 def env_names() -> list[str]:
     return sorted(ENVS)
 
