@@ -127,6 +127,13 @@ def test_sft_only_run_saves_step_zero_and_lowers_the_loss(tmp_path, bank, smollm
     [record] = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert record["stage"] == "sft" and record["sft_examples"] == 8
     assert record["sft_loss_last"] < record["sft_loss_first"]
+    # the curve: every step's loss in metrics.jsonl and in TensorBoard
+    assert len(record["sft_losses"]) == 6 and record["sft_losses"][-1] == record["sft_loss_last"]
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(tmp_path / "run" / "tensorboard"))
+    events.Reload()
+    assert [event.step for event in events.Scalars("sft/loss")] == [1, 2, 3, 4, 5, 6]
 
 
 def test_grpo_step_keeps_the_prompt_cache_across_turns(tmp_path, bank, smollm2_tokenizer) -> None:

@@ -205,7 +205,7 @@ def run_sft(trainer: "Trainer", on_step: Callable[[int, float], None] | None = N
             on_step(len(losses), losses[-1])
     trainer.policy.eval()
     return {"sft_examples": len(examples), "sft_steps": config.steps, "sft_loss_first": losses[0],
-            "sft_loss_last": losses[-1]}
+            "sft_loss_last": losses[-1], "sft_losses": losses}
 
 
 def _prompt_groups(examples: list[Example], min_shared: int = 256) -> list[list[int]]:

@@ -351,7 +351,11 @@ class Trainer:
         from toolorchestra.train.sft import run_sft
 
         metrics = run_sft(self, on_step)
-        self._append_jsonl({"stage": "sft", **metrics})
+        self._append_jsonl({"stage": "sft", **metrics})  # sft_losses: the loss of every step, the SFT curve
+        writer = self.writer()
+        for step, loss in enumerate(metrics["sft_losses"], start=1):
+            writer.add_scalar("sft/loss", loss, step)
+        writer.flush()
         return metrics
 
     # ---- checkpoints ----------------------------------------------------------------------------
