@@ -303,18 +303,22 @@ def test_summarize_counts_failed_episodes_and_their_first_distinct_errors():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("preference", ["accuracy", "cost"])
-def test_shipped_orchestrator_reproduces_its_committed_decisions(tmp_path, preference):
-    """The committed adapter, rerun greedily on the first test tasks, names the labels that
-    results/routerbench/orchestrator-smollm2-135m-orchestrator/decisions.csv records for them."""
+@pytest.mark.parametrize(("world", "env", "orchestrator", "preference"), [
+    ("routerbench", "replay:routerbench", "smollm2-135m-orchestrator", "accuracy"),
+    ("routerbench", "replay:routerbench", "smollm2-135m-orchestrator", "cost"),
+    ("frames", "replay:frames-typed", "smollm2-135m-frames-orchestrator", "cost"),
+])
+def test_shipped_orchestrator_reproduces_its_committed_decisions(tmp_path, world, env, orchestrator, preference):
+    """A committed adapter, rerun greedily on the first test tasks, names the labels that
+    results/<world>/orchestrator-<name>/decisions.csv records for them."""
     import csv
 
-    committed_csv = REPO / "results" / "routerbench" / "orchestrator-smollm2-135m-orchestrator" / "decisions.csv"
+    committed_csv = REPO / "results" / world / f"orchestrator-{orchestrator}" / "decisions.csv"
     with committed_csv.open() as handle:
         committed = [row for row in csv.DictReader(handle) if row["preference"] == preference]
     out = tmp_path / preference
-    result = _cli("eval", "--env", "replay:routerbench", "--split", "test", "--limit", "8", "--prefer", preference,
-                  "--policy", "orchestrator:smollm2-135m-orchestrator", "--tools", "answer", "--max-turns", "1",
+    result = _cli("eval", "--env", env, "--split", "test", "--limit", "8", "--prefer", preference,
+                  "--policy", f"orchestrator:{orchestrator}", "--tools", "answer", "--max-turns", "1",
                   "--max-tokens", "40", "--concurrency", "8", "--out", str(out), timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     with (out / "decisions.csv").open() as handle:
