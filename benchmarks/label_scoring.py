@@ -3,7 +3,7 @@
 The counterfactual estimator (train/counterfactual.py) needs log p(call_l | prompt) for all 28 FRAMES labels of
 each prompt, with gradients. `SharedPrefix.score` (train/prefix.py) runs the common system message once, each
 prompt's remainder once, and packs the prompt's 28 label calls into one row behind its KV cache. The baseline,
-measured in the same run: every (prompt, label) sequence as its own row of one padded batch, a full forward each.
+measured in the same run: every (prompt, label) sequence as its own row, a full forward each (4 rows per batch).
 Both do forward + backward on the same LoRA weights; the script prints wall times, the ratio, the tokens each
 computes and the largest difference between the two sets of log-probabilities.
 
@@ -56,22 +56,30 @@ def main() -> None:
         shared.backward()
         return scores.detach()
 
-    def separate() -> torch.Tensor:
-        rows = [prompt + call for prompt in prompts for call in calls]
-        width = max(len(row) for row in rows)
-        ids = torch.full((len(rows), width), pad_id)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
-        for index, row in enumerate(rows):
-            ids[index, :len(row)], mask[index, :len(row)] = torch.tensor(row), 1
-        logprobs = torch.log_softmax(model(input_ids=ids, attention_mask=mask).logits[:, :-1].float(), -1)
-        picked = logprobs.gather(-1, ids[:, 1:, None]).squeeze(-1)
+    def separate(chunk: int = 4) -> torch.Tensor:
+        # every (prompt, label) row in full, `chunk` rows per forward (backward per chunk bounds memory); only
+        # the call positions go through the vocabulary projection, as in the packed pass
+        base = model.get_base_model()
+        decoder, head = base.get_decoder(), base.get_output_embeddings()
+        rows = [(prompt, call) for prompt in prompts for call in calls]
         scores = []
-        for index, row in enumerate(rows):
-            call = calls[index % len(calls)]
-            scores.append(picked[index, len(row) - len(call) - 1:len(row) - 1].sum())
-        result = torch.stack(scores).view(len(prompts), len(calls))
-        result.sum().backward()
-        return result.detach()
+        for start in range(0, len(rows), chunk):
+            part = rows[start:start + chunk]
+            width = max(len(prompt) + len(call) for prompt, call in part)
+            ids = torch.full((len(part), width), pad_id)
+            mask = torch.zeros((len(part), width), dtype=torch.long)
+            for index, (prompt, call) in enumerate(part):
+                ids[index, :len(prompt) + len(call)], mask[index, :len(prompt) + len(call)] = \
+                    torch.tensor(prompt + call), 1
+            hidden = decoder(input_ids=ids, attention_mask=mask)[0]
+            part_scores = []
+            for index, (prompt, call) in enumerate(part):
+                logits = head(hidden[index, len(prompt) - 1:len(prompt) + len(call) - 1]).float()
+                part_scores.append(torch.log_softmax(logits, -1).gather(-1, torch.tensor(call)[:, None]).sum())
+            stacked = torch.stack(part_scores)
+            stacked.sum().backward()
+            scores.append(stacked.detach())
+        return torch.cat(scores).view(len(prompts), len(calls))
 
     timings: dict[str, list[float]] = {"separate": [], "packed": []}
     results = {}
