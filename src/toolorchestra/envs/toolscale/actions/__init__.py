@@ -47,6 +47,16 @@ def action_drafts(generator: Generator) -> list[Draft]:
     return list(module.drafts(generator)) if module else []
 
 
+def existing(database: Database, collection: str, key: str, argument: str, what: str | None = None) -> dict[str, Any]:
+    """The record `key` of `collection`, or a ToolFailure "no WHAT with ARGUMENT 'key'" (WHAT defaults to the
+    argument without its `_id`/`_ref` suffix)."""
+    record = database.get(collection, key)
+    if record is None:
+        noun = what or argument.removesuffix("_id").removesuffix("_ref")
+        raise ToolFailure(f"no {noun} with {argument} {key!r}")
+    return record
+
+
 def new_key(database: Database, collection: str, length: int = 8) -> str:
     """A fresh key for a created record, derived from the collection's size: the same writes in the same
     order give the same keys, so the gold and the agent's episode reach the same database hash."""
@@ -74,5 +84,5 @@ def money(value: float) -> float:
 
 AMOUNT_SCHEMA = {"type": "number", "exclusiveMinimum": 0}
 
-__all__ = ["AMOUNT_SCHEMA", "NOW", "action_drafts", "action_specs", "actions_module", "money", "new_key",
+__all__ = ["AMOUNT_SCHEMA", "NOW", "action_drafts", "action_specs", "actions_module", "existing", "money", "new_key",
            "positive_amount"]

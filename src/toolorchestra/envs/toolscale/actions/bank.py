@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from toolorchestra.envs.toolscale.actions import (
     AMOUNT_SCHEMA,
     NOW,
+    existing,
     money,
     new_key,
     positive_amount,
@@ -31,10 +32,7 @@ TEXT = {"type": "string", "minLength": 1}
 
 # --- checks ----------------------------------------------------------------------------------------
 def client(database: Database, client_id: str) -> dict[str, Any]:
-    record = database.get("clients", client_id)
-    if record is None:
-        raise ToolFailure(f"no client with client_id {client_id!r}")
-    return record
+    return existing(database, "clients", client_id, "client_id")
 
 
 def owned_account(database: Database, client_id: str, account_id: str, argument: str) -> dict[str, Any]:
@@ -49,9 +47,7 @@ def owned_account(database: Database, client_id: str, account_id: str, argument:
 
 def owned(database: Database, collection: str, key: str, client_id: str, argument: str) -> dict[str, Any]:
     """A loan or beneficiary (collection) of the client, found by its key."""
-    record = database.get(collection, key)
-    if record is None:
-        raise ToolFailure(f"no {argument.removesuffix('_id')} with {argument} {key!r}")
+    record = existing(database, collection, key, argument)
     if record.get("client_id") != client_id:
         raise ToolFailure(f"{argument} {key!r} does not belong to client {client_id!r}")
     return record

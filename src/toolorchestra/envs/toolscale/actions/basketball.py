@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from toolorchestra.envs.toolscale.actions import existing
 from toolorchestra.envs.toolscale.tasks import Draft, action
 from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema
 
@@ -40,10 +41,7 @@ ADDRESS_SHARE = 1 / 3  # of the authenticable players, the share asking for a ne
 
 # --- checks ----------------------------------------------------------------------------------------
 def game(database: Database, game_id: str) -> dict[str, Any]:
-    record = database.get(GAMES, game_id)
-    if record is None:
-        raise ToolFailure(f"no game with game_id {game_id!r}")
-    return record
+    return existing(database, GAMES, game_id, "game_id")
 
 
 def player(database: Database, player_id: str) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import hashlib
 from typing import TYPE_CHECKING, Any
 
-from toolorchestra.envs.toolscale.actions import money, new_key
+from toolorchestra.envs.toolscale.actions import existing, money, new_key
 from toolorchestra.envs.toolscale.tasks import Draft, action
 from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema
 
@@ -86,10 +86,7 @@ def booked_seats(database: Database, show_id: str, except_booking: str | None = 
 
 
 def booking(database: Database, booking_id: str) -> dict[str, Any]:
-    record = database.get(BOOKINGS, booking_id)
-    if record is None:
-        raise ToolFailure(f"no booking with booking_id {booking_id!r}")
-    return record
+    return existing(database, BOOKINGS, booking_id, "booking_id")
 
 
 # --- rules -----------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from toolorchestra.envs.toolscale.actions import money, positive_amount
+from toolorchestra.envs.toolscale.actions import existing, money, positive_amount
 from toolorchestra.envs.toolscale.tasks import Draft, action, fact_text
 from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema
 
@@ -25,10 +25,7 @@ TIP_AMOUNTS = (50.0, 100.0, 150.0, 200.0)
 
 
 def ticket(database: Database, ticket_ref: str) -> dict[str, Any]:
-    record = database.get(TICKETS, ticket_ref)
-    if record is None:
-        raise ToolFailure(f"no ticket with ticket_ref {ticket_ref!r}")
-    return record
+    return existing(database, TICKETS, ticket_ref, "ticket_ref")
 
 
 def cancel_ticket(database: Database, arguments: dict[str, Any]) -> Any:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from toolorchestra.envs.toolscale.actions import money
+from toolorchestra.envs.toolscale.actions import existing, money
 from toolorchestra.envs.toolscale.tasks import Draft, action, fact_text
 from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema
 
@@ -53,10 +53,7 @@ ADD_ON_CHOICES = (("excursion", "Guided city walking tour", 80.0), ("transfer", 
 
 # --- lookups ---------------------------------------------------------------------------------------
 def traveler(database: Database, traveler_id: str) -> dict[str, Any]:
-    record = database.get(TRAVELERS, traveler_id)
-    if record is None:
-        raise ToolFailure(f"no traveler with traveler_id {traveler_id!r}")
-    return record
+    return existing(database, TRAVELERS, traveler_id, "traveler_id")
 
 
 def owned_booking(database: Database, arguments: dict[str, Any]) -> tuple[int, dict[str, Any]]:

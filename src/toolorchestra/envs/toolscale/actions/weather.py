@@ -20,6 +20,7 @@ import datetime
 import math
 from typing import TYPE_CHECKING, Any
 
+from toolorchestra.envs.toolscale.actions import existing
 from toolorchestra.envs.toolscale.tasks import Draft, action, fact_text
 from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema
 
@@ -38,9 +39,7 @@ NOT_STATUSES = ("confirmed", "final", "approved")
 
 def verify_forecast_for_date(database: Database, arguments: dict[str, Any]) -> Any:
     key, date, status = arguments["forecast_id"], arguments["date"], arguments["status"]
-    record = database.get(FORECASTS, key)
-    if record is None:
-        raise ToolFailure(f"no forecast with forecast_id {key!r}")
+    record = existing(database, FORECASTS, key, "forecast_id")
     try:
         datetime.date.fromisoformat(date)
     except ValueError:
