@@ -21,8 +21,9 @@ CHATML = (
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
 
-def tiny_tokenizer() -> Any:
-    """A byte-level BPE tokenizer trained on a few lines of tool-call text, with ChatML specials."""
+def tiny_tokenizer(extra_corpus: tuple[str, ...] = ()) -> Any:
+    """A byte-level BPE tokenizer trained on a few lines of tool-call text (and `extra_corpus`), with ChatML
+    specials."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -34,6 +35,7 @@ def tiny_tokenizer() -> Any:
         '<tool_response>\nthe answer is B\n</tool_response>',
         "You are an orchestrator. Solve the user's task by calling tools. Prices and latency table.",
         "Which option is correct? A) one B) two C) three D) four",
+        *extra_corpus,
     ] * 20
     trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=SPECIALS,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())

@@ -302,15 +302,23 @@ def test_summarize_counts_failed_episodes_and_their_first_distinct_errors():
     assert summarize([fine])["errors"] == 0 and summarize([])["first_errors"] == []
 
 
+ONE_TURN = ("--tools", "answer", "--max-turns", "1")
+ESCALATION = ("--tools", "expert,answer", "--max-turns", "4")  # consult, read, adopt or escalate
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize(("world", "env", "orchestrator", "preference"), [
-    ("routerbench", "replay:routerbench", "smollm2-135m-orchestrator", "accuracy"),
-    ("routerbench", "replay:routerbench", "smollm2-135m-orchestrator", "cost"),
-    ("frames", "replay:frames-typed", "smollm2-135m-frames-orchestrator", "cost"),
+@pytest.mark.parametrize(("world", "env", "orchestrator", "preference", "tools"), [
+    ("routerbench", "replay:routerbench", "smollm2-135m-orchestrator", "accuracy", ONE_TURN),
+    ("routerbench", "replay:routerbench", "smollm2-135m-orchestrator", "cost", ONE_TURN),
+    ("frames", "replay:frames-typed", "smollm2-135m-frames-orchestrator", "cost", ONE_TURN),
+    ("frames", "replay:frames", "smollm2-135m-frames-escalation", "accuracy", ESCALATION),
+    ("frames", "replay:frames", "smollm2-135m-frames-escalation", "cost", ESCALATION),
 ])
-def test_shipped_orchestrator_reproduces_its_committed_decisions(tmp_path, world, env, orchestrator, preference):
+def test_shipped_orchestrator_reproduces_its_committed_decisions(tmp_path, world, env, orchestrator, preference,
+                                                                 tools):
     """A committed adapter, rerun greedily on the first test tasks, names the labels that
-    results/<world>/orchestrator-<name>/decisions.csv records for them."""
+    results/<world>/orchestrator-<name>/decisions.csv records for them (and, consulting first, spends the
+    same dollars: the same models consulted)."""
     import csv
 
     committed_csv = REPO / "results" / world / f"orchestrator-{orchestrator}" / "decisions.csv"
@@ -318,13 +326,16 @@ def test_shipped_orchestrator_reproduces_its_committed_decisions(tmp_path, world
         committed = [row for row in csv.DictReader(handle) if row["preference"] == preference]
     out = tmp_path / preference
     result = _cli("eval", "--env", env, "--split", "test", "--limit", "8", "--prefer", preference,
-                  "--policy", f"orchestrator:{orchestrator}", "--tools", "answer", "--max-turns", "1",
-                  "--max-tokens", "40", "--concurrency", "8", "--out", str(out), timeout=900)
+                  "--policy", f"orchestrator:{orchestrator}", *tools, "--max-tokens", "40", "--concurrency", "8",
+                  "--out", str(out), timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     with (out / "decisions.csv").open() as handle:
-        rerun = {row["task_id"]: row["label"] for row in csv.DictReader(handle)}
-    expected = {row["task_id"]: row["label"] for row in committed if row["task_id"] in rerun}
-    assert len(expected) == 8 and rerun == expected
+        rerun = {row["task_id"]: (row["label"], float(row["cost_usd"])) for row in csv.DictReader(handle)}
+    expected = {row["task_id"]: (row["label"], float(row["cost_usd"])) for row in committed if row["task_id"] in rerun}
+    assert len(expected) == 8
+    assert {task: label for task, (label, _) in rerun.items()} == {task: label for task, (label, _) in expected.items()}
+    for task, (_, cost) in expected.items():
+        assert rerun[task][1] == pytest.approx(cost, rel=1e-9, abs=1e-12)
 
 
 def test_ray_without_ray_installed_is_one_clear_error(shared_data, tmp_path, monkeypatch) -> None:

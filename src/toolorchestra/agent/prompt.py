@@ -31,8 +31,9 @@ _PRICE_COLUMNS = (("input_per_m", "$/1M in"), ("output_per_m", "$/1M out"), ("pe
 def price_table(tools: list[Tool]) -> str:
     """A compact Markdown table of every label's price (USD) and expected latency. A price column that is
     zero in every row (e.g. per-token prices of a catalog that charges per call) is left out: it tells the
-    orchestrator nothing and costs it prompt tokens."""
-    rows = [row for tool in tools for row in tool.price_rows()]
+    orchestrator nothing and costs it prompt tokens. Tools that offer the same label at the same price (an
+    expert and an answer tool over one pool) share its row: the tool column names them all."""
+    rows = _merged_rows([row for tool in tools for row in tool.price_rows()])
     columns = [(key, title) for key, title in _PRICE_COLUMNS if any(row[key] for row in rows)]
     header = ["tool", "label", *(title for _, title in columns), "latency s"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -41,6 +42,23 @@ def price_table(tools: list[Tool]) -> str:
         cells = [row["tool"], row["label"] or "-", *(f"{row[key]:g}" for key, _ in columns), latency]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _merged_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per labelled (label, model, prices, latency), its tools joined in order; unlabelled rows as they are."""
+    merged: dict[tuple[Any, ...], dict[str, Any]] = {}
+    out: list[dict[str, Any]] = []
+    for row in rows:
+        if not row.get("label"):
+            out.append(row)
+            continue
+        key = (row["label"], row.get("model"), *(row[name] for name, _ in _PRICE_COLUMNS), row["latency_s"])
+        if key in merged:
+            merged[key]["tool"] += f", {row['tool']}"
+            continue
+        merged[key] = dict(row)
+        out.append(merged[key])
+    return out
 
 
 def system_prompt(tools: list[Tool]) -> str:

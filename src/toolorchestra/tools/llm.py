@@ -1,8 +1,14 @@
 """LLM-backed tools: the orchestrator picks a label (expert-1, answer-2, ...) and the model behind it
-answers; its tokens are charged at that model's price and its latency is recorded."""
+answers; its tokens are charged at that model's price and its latency is recorded.
+
+`expert` asks a model; without a `question` it asks the user's own question. `answer` ends the episode with
+the orchestrator's text, or with a model's answer: a model already consulted on the user's own question is
+adopted (its answer becomes the final one, no second call, nothing charged again); any other model is asked
+to write the final answer from the notes."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from toolorchestra.backends.pool import ModelPool
@@ -69,9 +75,10 @@ class ExpertTool(LLMTool):
             "type": "object",
             "properties": {
                 "model": self.label_property(),
-                "question": {"type": "string", "minLength": 1, "description": "the full question, with any context it needs"},
+                "question": {"type": "string", "minLength": 1,
+                             "description": "the full question, with any context it needs (default: the user's question)"},
             },
-            "required": ["model", "question"] if len(labels) > 1 else ["question"],
+            "required": ["model"] if len(labels) > 1 else [],
         }
 
     async def run(self, arguments: dict[str, Any], context: ToolContext) -> ToolResult:
@@ -107,6 +114,10 @@ class AnswerTool(LLMTool):
             if isinstance(resolved, str):
                 return ToolResult(error=resolved)
             label, model = resolved
+            consulted = consulted_answer(context.messages, label, context.task.prompt, self.name)
+            if consulted is not None:  # adopt what this model already answered: no second call
+                return ToolResult(output=consulted, model=model, label=label, final=True, answer=consulted,
+                                  meta={"adopted": True})
             notes = _notes(context.messages)
             prompt = context.task.prompt + (f"\n\nNotes:\n{notes}" if notes else "")
             result = await self.ask(label, model, [{"role": "system", "content": ANSWER_SYSTEM},
@@ -118,6 +129,33 @@ class AnswerTool(LLMTool):
         if not isinstance(answer, str) or not answer.strip():
             return ToolResult(error="argument 'answer' must be a non-empty string")
         return ToolResult(output=answer, final=True, answer=answer)
+
+
+def consulted_answer(messages: list[dict[str, Any]], label: str, question: str, answer_tool: str = "answer"
+                     ) -> str | None:
+    """What the model behind `label` answered when an earlier tool call (other than `answer_tool`) asked it
+    the user's own question (no `question` argument, or the question itself) without failing; None if no
+    call did. Call ids may repeat across turns, so each call is matched to the next tool message with its id."""
+    asked: set[str] = set()
+    for message in messages:
+        for call in message.get("tool_calls") or []:
+            function = call.get("function") or {}
+            arguments = function.get("arguments")
+            if isinstance(arguments, str):
+                try:
+                    arguments = json.loads(arguments)
+                except ValueError:
+                    continue
+            if (isinstance(arguments, dict) and arguments.get("model") == label
+                    and function.get("name") != answer_tool and arguments.get("question") in (None, "", question)):
+                asked.add(str(call.get("id")))
+        call_id = str(message.get("tool_call_id"))
+        if message.get("role") == "tool" and call_id in asked:
+            asked.discard(call_id)
+            content = str(message.get("content") or "")
+            if not content.startswith("Error: "):
+                return content
+    return None
 
 
 def _notes(messages: list[dict[str, Any]], limit: int = 3000) -> str:

@@ -107,10 +107,19 @@ class AlgorithmConfig(_Strict):
         "(its gradient vanishes once q collapses onto one label); 'regression' fits the label log-probs, centered "
         "over the labels, to A / counterfactual_tau by least squares, whose optimum is q ∝ exp(E[A | prompt] / tau); "
         "'cross_entropy' distills q onto softmax(A / counterfactual_tau) (same optimum, bounded gradient)")
-    counterfactual_targets: Literal["recorded", "outcome_model"] = Field(
+    counterfactual_targets: Literal["recorded", "outcome_model", "escalation"] = Field(
         "recorded", description="counterfactual: learn from each label's recorded reward on the question "
         "('recorded'), or from its expected reward when each model is right with the probability an outcome model "
-        "fitted on the train split gives (train/outcome_model.py; costs and latencies stay the recorded ones)")
+        "fitted on the train split gives (train/outcome_model.py; costs and latencies stay the recorded ones), or "
+        "('escalation') consult models one at a time and learn every action's value at each state a question "
+        "passes through (train/escalation.py; needs the expert tool: sampler.tool_keep_prob 1)")
+    escalation_max_consults: int = Field(
+        2, ge=1, le=4, description="escalation targets: most expert consultations before the answer")
+    escalation_top_k: int | None = Field(
+        None, ge=2, description="escalation targets: score only the k best actions of each state (None: all)")
+    escalation_prior_strength: float = Field(
+        20.0, ge=0, description="escalation targets: pseudo-questions of the parent state's estimates added at "
+        "every state (shrinks the estimates of states that few train questions reach)")
     contrast_weight: float = Field(
         1.0, ge=0, description="counterfactual regression with sampler.preference_contrast: weight of each "
         "preference's deviation from the task's mean regression error (1 = plain least squares)")

@@ -39,7 +39,9 @@ from toolorchestra.backends.toolcalls import render_tool_call
 from toolorchestra.envs.base import Env
 from toolorchestra.reward import batch_advantages, expected_group_rewards, group_rewards, with_cost_floor
 from toolorchestra.tools.base import ToolContext
-from toolorchestra.tools.llm import AnswerTool
+from toolorchestra.errors import TrainingError
+from toolorchestra.tools.llm import AnswerTool, ExpertTool
+from toolorchestra.train.escalation import EscalationTargets, follow
 from toolorchestra.train.outcome_model import SubtaskOutcomeModel
 from toolorchestra.train.prefix import SharedPrefix, common_prefix_length
 from toolorchestra.train.sampler import PromptDraw
@@ -62,6 +64,8 @@ class LabelOutcomes:
     errors: list[str]
     features: list[dict[str, float]] = field(default_factory=list)
     targets: list[float] | None = None  # what the policy learns from; None: the recorded `rewards`
+    actions: list[ToolCall] | None = None  # the calls scored; None: answer(model=LABEL) for each label
+    history: list[dict[str, Any]] = field(default_factory=list)  # messages of earlier turns (escalation states)
 
     @property
     def learning_targets(self) -> list[float]:
@@ -70,6 +74,8 @@ class LabelOutcomes:
         return self.rewards if self.targets is None else self.targets
 
     def call(self, index: int) -> ToolCall:
+        if self.actions is not None:
+            return self.actions[index]
         return ToolCall(id="call_0", name=self.tool, arguments={"model": self.labels[index]})
 
 
@@ -105,6 +111,72 @@ async def label_outcomes(env: Env, draw: PromptDraw, cost_floor: float = 0.0,
     return LabelOutcomes(answer.name, labels, models, correct, cost, latency, rewards, errors, features)
 
 
+async def escalation_outcomes(draw: PromptDraw, targets: EscalationTargets, cost_floor: float = 0.0,
+                              cost_scale: float = 1.0, top_k: int | None = None) -> list[LabelOutcomes]:
+    """The states `draw`'s question passes through when the orchestrator consults models one at a time and
+    follows the escalation model's best actions (train/escalation.py), each with every action's value there.
+
+    A state's actions: `expert(model=L)` for every label not yet consulted (while consultations are left) and
+    `answer(model=L)` for every label (adopting L's answer if it was consulted). The consultations that lead
+    from one state to the next run through the real expert tool, so the policy is trained on the very
+    answers it will read; whether a model attempted the question is the recorded fact the targets condition
+    on, and the policy has to read it from the answer's text. `top_k`: keep the k best actions of each state
+    (scoring every one of the ~2 x labels actions costs most of a step; the format term, log p(one of the k),
+    then pushes the policy's mass into the best actions and the distillation orders them)."""
+    expert = next((tool for tool in draw.tools if isinstance(tool, ExpertTool) and tool.labels), None)
+    answer = next((tool for tool in draw.tools if isinstance(tool, AnswerTool) and tool.labels), None)
+    if expert is None or answer is None:
+        raise TrainingError("algorithm.counterfactual_targets escalation needs an expert and an answer tool with "
+                            "model labels in every draw (sampler.tool_keep_prob: 1.0 keeps the expert tool)")
+    label_of = {model: label for label, model in answer.labels.items() if model in targets.index}
+    consult_label = {model: label for label, model in expert.labels.items()}
+    if any(consult_label.get(model) != label for model, label in label_of.items()):
+        raise TrainingError("algorithm.counterfactual_targets escalation needs the expert and the answer tool to "
+                            "name each model by the same label (an answer adopts a consultation by its label); "
+                            "use sampler.label_style: env")
+    weights = with_cost_floor(draw.preference.weights(), cost_floor, cost_scale)
+    w_cost, w_latency = float(weights.get("cost", 0.0)), float(weights.get("latency", 0.0))
+    model = targets.model_for(draw.task)
+    visited, _ = follow(model, targets.attempted_by(draw.task), w_cost, w_latency)
+    history: list[dict[str, Any]] = []
+    states = []
+    token = current_task.set(draw.task)
+    try:
+        for turn, (state, action) in enumerate(visited):
+            here = model.estimates(state)
+            values = [(act, value) for act, value in model.action_values(state, w_cost, w_latency).items()
+                      if model.models[act.model] in label_of]
+            if top_k is not None:
+                values = sorted(values, key=lambda pair: -pair[1])[:top_k]
+            calls = [ToolCall(id=f"call_{turn}", name=expert.name if act.consult else answer.name,
+                              arguments={"model": label_of[model.models[act.model]]}) for act, _ in values]
+            names = [model.models[act.model] for act, _ in values]
+            states.append(LabelOutcomes(
+                tool=answer.name, labels=[str(call.arguments["model"]) for call in calls], models=names,
+                correct=[float(here.right[act.model]) for act, _ in values],
+                cost=[0.0 if any(act.model == seen for seen, _ in state) else float(here.cost[act.model])
+                      for act, _ in values],
+                latency=[float(here.latency[act.model]) for act, _ in values],
+                rewards=[value for _, value in values], errors=[], targets=[value for _, value in values],
+                actions=calls, history=list(history)))
+            if not action.consult:
+                break
+            call = ToolCall(id=f"call_{turn}", name=expert.name,
+                            arguments={"model": label_of[model.models[action.model]]})
+            result = await expert.run(call.arguments, ToolContext(task=draw.task, messages=list(history)))
+            if result.error:
+                raise TrainingError(f"escalation: consulting {call.arguments['model']} on task {draw.task.id} "
+                                    f"failed: {result.error}")
+            history += [{"role": "assistant", "content": "", "tool_calls": [call.to_openai()]},
+                        {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": result.observation()}]
+    finally:
+        current_task.reset(token)
+    return states
+
+
+SPLIT_ROWS_ABOVE = 16  # calls per state above which a state is scored in one row per tool
+
+
 class CounterfactualLearner:
     """One counterfactual step for a `Trainer`: outcomes (cached per draw), prompts, scoring, loss, update."""
 
@@ -113,8 +185,14 @@ class CounterfactualLearner:
         self._outcomes: dict[str, LabelOutcomes | None] = {}
         self._loop = asyncio.new_event_loop()
         self._outcome_model: SubtaskOutcomeModel | None = None
-        if trainer.config.algorithm.counterfactual_targets == "outcome_model":
+        self._escalation: EscalationTargets | None = None
+        self._states: dict[str, list[LabelOutcomes]] = {}
+        algorithm = trainer.config.algorithm
+        if algorithm.counterfactual_targets == "outcome_model":
             self._outcome_model = SubtaskOutcomeModel(trainer.env, trainer.tasks)
+        elif algorithm.counterfactual_targets == "escalation":
+            self._escalation = EscalationTargets(trainer.env, trainer.tasks, algorithm.escalation_max_consults,
+                                                 algorithm.escalation_prior_strength, seed=trainer.config.seed)
 
     def outcomes(self, draw: PromptDraw) -> LabelOutcomes | None:
         key = json.dumps([draw.task.id, [tool.name for tool in draw.tools], draw.price_factors,
@@ -132,12 +210,29 @@ class CounterfactualLearner:
             self._outcomes[key] = outcome
         return self._outcomes[key]
 
-    def prompt_ids(self, draw: PromptDraw) -> list[int]:
+    def draw_outcomes(self, draw: PromptDraw) -> list[LabelOutcomes]:
+        """The scored decisions of one draw: its one answer decision, or with escalation targets every state
+        its question passes through."""
+        if self._escalation is None:
+            outcome = self.outcomes(draw)
+            return [] if outcome is None else [outcome]
+        key = json.dumps([draw.task.id, draw.preference.weights(),
+                          [list(getattr(tool, "labels", {}).items()) for tool in draw.tools]], sort_keys=True)
+        if key not in self._states:
+            algorithm = self.trainer.config.algorithm
+            self._states[key] = self._loop.run_until_complete(
+                escalation_outcomes(draw, self._escalation, algorithm.cost_floor, algorithm.cost_scale,
+                                    algorithm.escalation_top_k))
+        return self._states[key]
+
+    def prompt_ids(self, draw: PromptDraw, outcome: LabelOutcomes | None = None) -> list[int]:
         from toolorchestra.train.rollout import question_text
 
         trainer = self.trainer
         messages = initial_messages(draw.tools, question_text(draw.task, trainer.config.data.max_question_chars),
                                     draw.preference, draw.wording, task_rules(draw.task))
+        if outcome is not None:
+            messages += outcome.history
         return trainer.rollout.renderer.prompt_ids(messages, [tool.schema() for tool in draw.tools])
 
     def call_ids(self, outcome: LabelOutcomes) -> list[list[int]]:
@@ -154,8 +249,7 @@ class CounterfactualLearner:
         trainer = self.trainer
         config = trainer.config
         started = time.perf_counter()
-        items = [(draw, self.outcomes(draw)) for draw in draws]
-        usable = [(draw, outcome) for draw, outcome in items if outcome is not None]
+        usable = [(draw, outcome) for draw in draws for outcome in self.draw_outcomes(draw)]
         stems: list[list[int]] = []
         if not usable:
             from toolorchestra.errors import TrainingError
@@ -168,41 +262,59 @@ class CounterfactualLearner:
 
             raise TrainingError("every answer call of this step failed, so there is nothing to learn from; first "
                                 f"errors: {'; '.join(errors[:3])}")
-        prompts, calls = [], []
-        for draw, outcome in usable:
-            # The label calls' common opening tokens (`<tool_call>` ... `"model": "`) join the prompt, so
-            # only the short label tails are scored per label; they cancel in q and count in log p(valid).
+        # One scored row per state and tool: a state's calls of one tool share their opening tokens
+        # (`<tool_call>` ... `"model": "`), which join the row's prompt, so only the short label tails are scored
+        # per call; the opening's log-prob is added back to each call of the row (it cancels in q when the
+        # state offers one tool, and weighs the tools against each other when it offers two).
+        prompts, calls, row_state, row_members = [], [], [], []
+        for state, (draw, outcome) in enumerate(usable):
             full = self.call_ids(outcome)
-            stem = min(common_prefix_length(full), min(len(call) for call in full) - 1)
-            prompts.append(self.prompt_ids(draw) + full[0][:stem])
-            calls.append([call[stem:] for call in full])
-            stems.append(full[0][:stem])
+            base = self.prompt_ids(draw, outcome)
+            # a few calls: one row (their tool names scored in the tails); many: a row per tool, whose tails
+            # are then the labels alone
+            groups = _members_by_tool(outcome) if len(full) > SPLIT_ROWS_ABOVE else [list(range(len(full)))]
+            for members in groups:
+                part = [full[i] for i in members]
+                stem = min(common_prefix_length(part), min(len(call) for call in part) - 1)
+                prompts.append(base + part[0][:stem])
+                calls.append([call[stem:] for call in part])
+                stems.append(part[0][:stem])
+                row_state.append(state)
+                row_members.append(members)
         prepared = time.perf_counter()
         trainer.policy.train()
-        # log p(call_l | prompt) for every label (the calls' common opening tokens cancel in q). Prompts that
-        # share a prefix run it once: the system message of the whole step, or with preference_contrast the
-        # system message and question of each task, whose variants differ only in the preference sentence at
-        # the end. Each chunk's graph is freed after its backward (train/prefix.py), which bounds memory.
+        # log p(call_l | prompt) for every label. Prompts that share a prefix run it once: the system message of
+        # the whole step, or (preference_contrast, or several rows per state) the system message and question
+        # of each task, whose rows differ only after it (the preference sentence, earlier turns, the tool).
+        # Each chunk's graph is freed after its backward (train/prefix.py), which bounds memory.
         actor, algorithm = config.actor, config.algorithm
         stats, total_loss = _Stats(), 0.0
         # the stems are scored as prompt tails, so no shared prefix may reach into them
         limits = [len(prompt) - len(stem) for prompt, stem in zip(prompts, stems)]
-        # advantages over each prompt's counterfactual group of labels, scaled as algorithm.norm_adv_by_std says
+        # advantages over each state's counterfactual group of calls, scaled as algorithm.norm_adv_by_std says
         step_advantages = batch_advantages([outcome.learning_targets for _, outcome in usable],
                                            algorithm.norm_adv_by_std)
-        for shared, local, indices in self._chunks(prompts, [draw.task.id for draw, _ in usable], limits):
+        by_task = config.sampler.preference_contrast or len(prompts) > len(usable)
+        for shared, local, indices in self._chunks(prompts, [usable[row_state[row]][0].task.id for row in
+                                                             range(len(prompts))], limits, by_task):
             scores = shared.score(local, [calls[i] for i in indices], config.rollout.temperature,
                                   prompt_tails=[len(stems[i]) for i in indices])
+            rows_of_state: dict[int, list[tuple[int, Any]]] = {}
+            for row, scored in zip(indices, scores):
+                rows_of_state.setdefault(row_state[row], []).append((row, scored))
             losses, errors_of_chunk = [], []
-            for index, scored in zip(indices, scores):
-                label_logp, stem_logp = scored[:-1], scored[-1]
+            for index, rows in rows_of_state.items():
+                # every call's log-prob: its tail plus its row's opening, back in the state's call order
+                order = [member for row, _ in rows for member in row_members[row]]
+                joined = torch.cat([scored[:-1] + scored[-1] for _, scored in rows])
+                label_logp = joined[torch.argsort(torch.tensor(order, device=joined.device))]
                 outcome = usable[index][1]
                 advantages = torch.tensor(step_advantages[index], dtype=torch.float32,
                                           device=label_logp.device)
                 log_q = torch.log_softmax(label_logp, -1)
                 q = log_q.exp()
                 entropy = -(q * log_q).sum()
-                log_valid = stem_logp + torch.logsumexp(label_logp, -1)
+                log_valid = torch.logsumexp(label_logp, -1)
                 # a flat group (every label equally good, e.g. all right under the accuracy preference) has
                 # nothing to teach about routing; regressing it to A = 0 would only pull q toward uniform
                 flat = max(outcome.learning_targets) == min(outcome.learning_targets)
@@ -244,14 +356,15 @@ class CounterfactualLearner:
                 "prepare_time_s": prepared - started, "update_time_s": done - prepared,
                 "train_tokens": sum(len(p) for p in prompts) + sum(len(c) for cs in calls for c in cs)}
 
-    def _chunks(self, prompts: list[list[int]], task_ids: list[str], limits: list[int]) -> Any:
+    def _chunks(self, prompts: list[list[int]], task_ids: list[str], limits: list[int], by_task: bool) -> Any:
         """(SharedPrefix, indices into it, indices into the step's prompts) to score together; each prefix's
         backward runs once the caller has back-propagated its chunks. Default: one prefix (the system message)
         for the whole step, ppo_micro_batch_size prompts per chunk. With preference_contrast: the system
-        message once, then one child prefix per task (its question), all its preference variants in one chunk."""
+        message once, then one child prefix per task (its question), all its preference variants in one chunk
+        (also `by_task` otherwise: a state scored in several rows needs them all in one chunk)."""
         trainer = self.trainer
         pad_id = trainer.rollout.pad_id
-        if trainer.config.sampler.preference_contrast:
+        if by_task:
             groups: dict[str, list[int]] = {}
             for index, task_id in enumerate(task_ids):
                 groups.setdefault(task_id, []).append(index)
@@ -272,6 +385,14 @@ class CounterfactualLearner:
 
     def close(self) -> None:
         self._loop.close()
+
+
+def _members_by_tool(outcome: LabelOutcomes) -> list[list[int]]:
+    """The indices of a state's calls, grouped by tool name in order of first appearance."""
+    groups: dict[str, list[int]] = {}
+    for index in range(len(outcome.labels)):
+        groups.setdefault(outcome.call(index).name, []).append(index)
+    return list(groups.values())
 
 
 def label_spans(calls: list[list[int]]) -> list[list[int]]:
