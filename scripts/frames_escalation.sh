@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The FRAMES escalation orchestrator end to end (docs/results.md, "FRAMES v2: consult, read, adopt or
-# escalate"): train on replay:frames with escalation targets, average the last three checkpoints, ship the
+# escalate"): train on replay:frames with escalation targets in two stages (frames-escalation.yaml, 15 steps;
+# frames-escalation-reading.yaml, 24 steps from its last checkpoint), average the last three checkpoints, ship the
 # adapter as smollm2-135m-frames-escalation, evaluate it greedily on the 412 test questions under both
 # preferences (expert and answer tools, at most 4 turns), export its decisions beside the baselines in
 # results/frames/ and check its points against every baseline.
@@ -9,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 CLI=${CLI:-.venv/bin/toolorchestra}
-RUN=runs/frames-escalation
+RUN=runs/frames-escalation-reading
 NAME=smollm2-135m-frames-escalation
 OUT=${OUT:-out/frames-escalation}
 LIMIT=${LIMIT:-}
@@ -17,11 +18,12 @@ STAGES=${STAGES:-train export eval check}
 for stage in $STAGES; do
   case $stage in
     train)
-      $CLI train --config configs/train/frames-escalation.yaml --quiet ;;
+      $CLI train --config configs/train/frames-escalation.yaml --quiet
+      $CLI train --config configs/train/frames-escalation-reading.yaml --quiet ;;
     export)
-      $PY scripts/average_checkpoints.py $RUN/avg_20_25_30 \
-        $RUN/checkpoints/step_20 $RUN/checkpoints/step_25 $RUN/checkpoints/step_30
-      $CLI export-orchestrator $RUN/avg_20_25_30 --out src/toolorchestra/data/orchestrators/$NAME \
+      $PY scripts/average_checkpoints.py $RUN/avg_8_12_16 \
+        $RUN/checkpoints/step_8 $RUN/checkpoints/step_12 $RUN/checkpoints/step_16
+      $CLI export-orchestrator $RUN/avg_8_12_16 --out src/toolorchestra/data/orchestrators/$NAME \
         --card configs/train/frames-escalation.md ;;
     eval)
       # the two preferences side by side, one core each

@@ -6,6 +6,7 @@ escalation targets (train/counterfactual.py) with the tiny llama of _tiny_policy
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 from typing import Any
 
@@ -335,3 +336,20 @@ def test_escalation_needs_the_expert_tool(tmp_path) -> None:
     trainer.config.sampler.tool_keep_prob = 0.0
     with pytest.raises(TrainingError, match="needs an expert and an answer tool"):
         trainer.step()
+
+
+def test_sibling_states_read_the_answers_of_the_roots_other_consultations(tmp_path) -> None:
+    from toolorchestra.train.counterfactual import CounterfactualLearner
+
+    trainer = escalation_trainer(tmp_path / "run", steps=1)
+    trainer.config.algorithm.escalation_max_consults = 2
+    trainer.config.algorithm.escalation_siblings = 1
+    learner = CounterfactualLearner(trainer)
+    draw = trainer.sampler.draw(trainer.tasks[1])
+    states = learner.draw_outcomes(draw)
+    consulted = [json.loads(state.history[0]["tool_calls"][0]["function"]["arguments"])["model"]
+                 for state in states if state.history]
+    assert consulted[0] == "cheap" and consulted[-1] != "cheap"  # the path's consultation, then a sibling's
+    sibling = states[-1]
+    assert sibling.history[-1]["content"] == trainer.env.answers[consulted[-1]]["t1"]
+    assert all(call.arguments["model"] != consulted[-1] or call.name == "answer" for call in sibling.actions)

@@ -117,6 +117,9 @@ class AlgorithmConfig(_Strict):
         2, ge=1, le=4, description="escalation targets: most expert consultations before the answer")
     escalation_top_k: int | None = Field(
         None, ge=2, description="escalation targets: score only the k best actions of each state (None: all)")
+    escalation_siblings: int = Field(
+        0, ge=0, description="escalation targets: also train on the states after the root's next best this many "
+        "consultations (each model's real answer to the question: more answers to read per question)")
     escalation_prior_strength: float = Field(
         20.0, ge=0, description="escalation targets: pseudo-questions of the parent state's estimates added at "
         "every state (shrinks the estimates of states that few train questions reach)")

@@ -41,7 +41,7 @@ from toolorchestra.reward import batch_advantages, expected_group_rewards, group
 from toolorchestra.tools.base import ToolContext
 from toolorchestra.errors import TrainingError
 from toolorchestra.tools.llm import AnswerTool, ExpertTool
-from toolorchestra.train.escalation import EscalationTargets, follow
+from toolorchestra.train.escalation import EscalationTargets, History, follow
 from toolorchestra.train.outcome_model import SubtaskOutcomeModel
 from toolorchestra.train.prefix import SharedPrefix, common_prefix_length
 from toolorchestra.train.sampler import PromptDraw
@@ -112,7 +112,8 @@ async def label_outcomes(env: Env, draw: PromptDraw, cost_floor: float = 0.0,
 
 
 async def escalation_outcomes(draw: PromptDraw, targets: EscalationTargets, cost_floor: float = 0.0,
-                              cost_scale: float = 1.0, top_k: int | None = None) -> list[LabelOutcomes]:
+                              cost_scale: float = 1.0, top_k: int | None = None,
+                              siblings: int = 0) -> list[LabelOutcomes]:
     """The states `draw`'s question passes through when the orchestrator consults models one at a time and
     follows the escalation model's best actions (train/escalation.py), each with every action's value there.
 
@@ -122,7 +123,9 @@ async def escalation_outcomes(draw: PromptDraw, targets: EscalationTargets, cost
     answers it will read; whether a model attempted the question is the recorded fact the targets condition
     on, and the policy has to read it from the answer's text. `top_k`: keep the k best actions of each state
     (scoring every one of the ~2 x labels actions costs most of a step; the format term, log p(one of the k),
-    then pushes the policy's mass into the best actions and the distillation orders them)."""
+    then pushes the policy's mass into the best actions and the distillation orders them). `siblings`: also
+    the states after the root's next best `siblings` consultations, each with that model's real answer: more
+    answers to read, attempted and declined, per question."""
     expert = next((tool for tool in draw.tools if isinstance(tool, ExpertTool) and tool.labels), None)
     answer = next((tool for tool in draw.tools if isinstance(tool, AnswerTool) and tool.labels), None)
     if expert is None or answer is None:
@@ -137,38 +140,53 @@ async def escalation_outcomes(draw: PromptDraw, targets: EscalationTargets, cost
     weights = with_cost_floor(draw.preference.weights(), cost_floor, cost_scale)
     w_cost, w_latency = float(weights.get("cost", 0.0)), float(weights.get("latency", 0.0))
     model = targets.model_for(draw.task)
-    visited, _ = follow(model, targets.attempted_by(draw.task), w_cost, w_latency)
+    attempted = targets.attempted_by(draw.task)
+    visited, _ = follow(model, attempted, w_cost, w_latency)
+
+    def state_outcome(state: History, history: list[dict[str, Any]], turn: int) -> LabelOutcomes:
+        here = model.estimates(state)
+        values = [(act, value) for act, value in model.action_values(state, w_cost, w_latency).items()
+                  if model.models[act.model] in label_of]
+        if top_k is not None:
+            values = sorted(values, key=lambda pair: -pair[1])[:top_k]
+        calls = [ToolCall(id=f"call_{turn}", name=expert.name if act.consult else answer.name,
+                          arguments={"model": label_of[model.models[act.model]]}) for act, _ in values]
+        return LabelOutcomes(
+            tool=answer.name, labels=[str(call.arguments["model"]) for call in calls],
+            models=[model.models[act.model] for act, _ in values],
+            correct=[float(here.right[act.model]) for act, _ in values],
+            cost=[0.0 if any(act.model == seen for seen, _ in state) else float(here.cost[act.model])
+                  for act, _ in values],
+            latency=[float(here.latency[act.model]) for act, _ in values],
+            rewards=[value for _, value in values], errors=[], targets=[value for _, value in values],
+            actions=calls, history=list(history))
+
+    async def consulted(history: list[dict[str, Any]], index: int, turn: int) -> list[dict[str, Any]]:
+        call = ToolCall(id=f"call_{turn}", name=expert.name, arguments={"model": label_of[model.models[index]]})
+        result = await expert.run(call.arguments, ToolContext(task=draw.task, messages=list(history)))
+        if result.error:
+            raise TrainingError(f"escalation: consulting {call.arguments['model']} on task {draw.task.id} "
+                                f"failed: {result.error}")
+        return history + [{"role": "assistant", "content": "", "tool_calls": [call.to_openai()]},
+                          {"role": "tool", "tool_call_id": call.id, "name": call.name,
+                           "content": result.observation()}]
+
     history: list[dict[str, Any]] = []
     states = []
     token = current_task.set(draw.task)
     try:
         for turn, (state, action) in enumerate(visited):
-            here = model.estimates(state)
-            values = [(act, value) for act, value in model.action_values(state, w_cost, w_latency).items()
-                      if model.models[act.model] in label_of]
-            if top_k is not None:
-                values = sorted(values, key=lambda pair: -pair[1])[:top_k]
-            calls = [ToolCall(id=f"call_{turn}", name=expert.name if act.consult else answer.name,
-                              arguments={"model": label_of[model.models[act.model]]}) for act, _ in values]
-            names = [model.models[act.model] for act, _ in values]
-            states.append(LabelOutcomes(
-                tool=answer.name, labels=[str(call.arguments["model"]) for call in calls], models=names,
-                correct=[float(here.right[act.model]) for act, _ in values],
-                cost=[0.0 if any(act.model == seen for seen, _ in state) else float(here.cost[act.model])
-                      for act, _ in values],
-                latency=[float(here.latency[act.model]) for act, _ in values],
-                rewards=[value for _, value in values], errors=[], targets=[value for _, value in values],
-                actions=calls, history=list(history)))
+            states.append(state_outcome(state, history, turn))
             if not action.consult:
                 break
-            call = ToolCall(id=f"call_{turn}", name=expert.name,
-                            arguments={"model": label_of[model.models[action.model]]})
-            result = await expert.run(call.arguments, ToolContext(task=draw.task, messages=list(history)))
-            if result.error:
-                raise TrainingError(f"escalation: consulting {call.arguments['model']} on task {draw.task.id} "
-                                    f"failed: {result.error}")
-            history += [{"role": "assistant", "content": "", "tool_calls": [call.to_openai()]},
-                        {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": result.observation()}]
+            history = await consulted(history, action.model, turn)
+        if siblings and model.max_consults > 1:
+            root = model.action_values((), w_cost, w_latency)
+            taken = visited[0][1]
+            others = sorted((act for act in root if act.consult and act != taken
+                             and model.models[act.model] in label_of), key=lambda act: -root[act])
+            for act in others[:siblings]:
+                states.append(state_outcome(((act.model, attempted[act.model]),), await consulted([], act.model, 0), 1))
     finally:
         current_task.reset(token)
     return states
@@ -222,7 +240,7 @@ class CounterfactualLearner:
             algorithm = self.trainer.config.algorithm
             self._states[key] = self._loop.run_until_complete(
                 escalation_outcomes(draw, self._escalation, algorithm.cost_floor, algorithm.cost_scale,
-                                    algorithm.escalation_top_k))
+                                    algorithm.escalation_top_k, algorithm.escalation_siblings))
         return self._states[key]
 
     def prompt_ids(self, draw: PromptDraw, outcome: LabelOutcomes | None = None) -> list[int]:
@@ -430,10 +448,15 @@ class _Stats:
         self.rows: list[dict[str, float]] = []
         self.mass: dict[str, float] = {}
         self.by_preference: dict[str, list[tuple[float, float]]] = {}
+        self.matches: dict[int, list[float]] = {}
 
     def add(self, outcome: LabelOutcomes, q: list[float], entropy: float, log_valid: float,
             preference: str) -> None:
         best = max(range(len(q)), key=q.__getitem__)
+        if outcome.actions is not None:  # escalation states: does the greedy call match the target's, per turn
+            targets = outcome.learning_targets
+            turn = sum(message.get("role") == "tool" for message in outcome.history)
+            self.matches.setdefault(turn, []).append(float(targets[best] == max(targets)))
         self.by_preference.setdefault(preference, []).append((float(outcome.correct[best]), outcome.cost[best]))
         self.rows.append({
             "reward/mean": sum(p * r for p, r in zip(q, outcome.rewards)),
@@ -456,6 +479,8 @@ class _Stats:
         metrics.update({f"calls/model/{model}": mass / count for model, mass in sorted(self.mass.items())})
         # What greedy evaluation would do under each preference drawn this step: whether they differ is
         # the point of preference-conditioned routing.
+        for turn, matches in sorted(self.matches.items()):
+            metrics[f"argmax/target_match/turn{turn}"] = sum(matches) / len(matches)
         for kind, picks in sorted(self.by_preference.items()):
             metrics[f"argmax/{kind}/accuracy"] = sum(ok for ok, _ in picks) / len(picks)
             metrics[f"argmax/{kind}/cost_usd"] = sum(cost for _, cost in picks) / len(picks)

@@ -3,8 +3,8 @@
 In a replay world the orchestrator can ask a model (`expert(model=L)`), read its answer, and then either
 adopt an answer it already has (`answer(model=L)` for a consulted L: no new call) or buy another one. The
 answer it reads says something a question alone does not: whether that model attempted the question at all
-("I don't know", a clarifying question). On FRAMES, for example, grok-3-mini at low effort declines 40% of the
-train questions and is right on 68% of those it attempts; reading that and escalating only the declined
+("I don't know", a clarifying question). On FRAMES, for example, grok-3-mini at low effort declines 40.5% of the
+train questions and is right on 69.3% of those it attempts; reading that and escalating only the declined
 questions is what a per-question orchestrator can do and no fixed configuration can.
 
 `EscalationModel` is the tabular outcome model behind those decisions. Its state is the set of models
