@@ -3,7 +3,7 @@
 would do (train/escalation.py) if it read every consulted model's answer right.
 
     .venv/bin/python scripts/escalation_policy.py [--env replay:frames] [--weights 0.1,0.3,1,3,10]
-        [--max-consults 2] [--prior-strength 20] [--unrestricted] [--test]
+        [--max-consults 2] [--prior-strength 20] [--unrestricted] [--test [--test-limit N]]
 
 For each cost weight w (utility = P(right) - w * dollars / dearest model's mean dollars): accuracy and total
 dollars on the train split, each question decided by the model fitted on the other 4 of 5 folds (what the
@@ -57,6 +57,7 @@ def main() -> None:
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--unrestricted", action="store_true", help="no chain rule (adopt_attempted off)")
     parser.add_argument("--test", action="store_true", help="also the test split (for the record)")
+    parser.add_argument("--test-limit", type=int, default=None, help="only the first N test questions")
     args = parser.parse_args()
     env = make_env(args.env)
     train = outcome_rows(env, env.tasks("train"))
@@ -66,7 +67,7 @@ def main() -> None:
     fits = [fit_from_rows(env.models(), [train[i] for i in range(len(train)) if i not in set(fold)], **options)
             for fold in folds]
     full = fit_from_rows(env.models(), train, **options)
-    test = outcome_rows(env, env.tasks("test")) if args.test else []
+    test = outcome_rows(env, env.tasks("test")[:args.test_limit]) if args.test else []
     print(f"{args.env}: {len(train)} train questions, {args.folds}-fold cross-fitted; "
           f"max_consults {args.max_consults}, prior_strength {args.prior_strength:g}"
           f"{', unrestricted' if args.unrestricted else ''}")

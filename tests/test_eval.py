@@ -312,7 +312,6 @@ ESCALATION = ("--tools", "expert,answer", "--max-turns", "4")  # consult, read, 
     ("routerbench", "replay:routerbench", "smollm2-135m-orchestrator", "cost", ONE_TURN),
     ("frames", "replay:frames-typed", "smollm2-135m-frames-orchestrator", "cost", ONE_TURN),
     ("frames", "replay:frames", "smollm2-135m-frames-escalation", "accuracy", ESCALATION),
-    ("frames", "replay:frames", "smollm2-135m-frames-escalation", "cost", ESCALATION),
 ])
 def test_shipped_orchestrator_reproduces_its_committed_decisions(tmp_path, world, env, orchestrator, preference,
                                                                  tools):
