@@ -270,14 +270,10 @@ class CounterfactualLearner:
         usable = [(draw, outcome) for draw in draws for outcome in self.draw_outcomes(draw)]
         stems: list[list[int]] = []
         if not usable:
-            from toolorchestra.errors import TrainingError
-
             raise TrainingError("algorithm.adv_estimator counterfactual: no draw of this step offers an answer tool "
                                 "with model labels; this estimator trains the answer-label decision only")
         errors = sorted({error for _, outcome in usable for error in outcome.errors})
         if all(len(outcome.errors) == len(outcome.labels) for _, outcome in usable):
-            from toolorchestra.errors import TrainingError
-
             raise TrainingError("every answer call of this step failed, so there is nothing to learn from; first "
                                 f"errors: {'; '.join(errors[:3])}")
         # One scored row per state and tool: a state's calls of one tool share their opening tokens

@@ -88,7 +88,6 @@ class EscalationModel:
             result = self._weighted(weights, None)
         else:
             parent = self.estimates(history[:-1])
-            model, attempted = history[-1]
             mask = np.ones(self.right.shape[0], dtype=bool)
             for index, seen in history:
                 mask &= self.attempted[:, index] == seen
