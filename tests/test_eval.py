@@ -279,6 +279,28 @@ def test_unit_eval_where_some_episodes_failed_exits_zero_and_shows_the_count(tmp
     assert len(metrics["first_errors"]) == 1 and "prompt too long" in metrics["first_errors"][0]
 
 
+def test_unit_eval_where_no_episode_answers_exits_non_zero_and_names_the_missing_answer_tool(tmp_path):
+    """--tools without the answer tool: every episode runs out of turns. The orchestrator is test_openai_backend's
+    ScriptedServer (a test-only fake endpoint on 127.0.0.1) calling the expert tool every turn."""
+    from test_openai_backend import Reply, ScriptedServer, chat_body
+
+    consult = {"id": "c1", "type": "function", "function": {"name": "expert", "arguments": json.dumps({"model": GPT4})}}
+    server = ScriptedServer([Reply(body=chat_body(content=None, tool_calls=[consult]))]).start()
+    try:
+        catalog = _orchestrator_catalog(tmp_path, server.url)
+        out = tmp_path / "unanswered"
+        result = _cli("eval", "--env", "replay:routerbench", "--policy", "orchestrator:remote", "--config",
+                      str(catalog), "--limit", "2", "--tools", "expert", "--max-turns", "1", "--out", str(out))
+    finally:
+        server.stop()
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    assert "no episode gave an answer (2 of 2; stop reasons max_turns 2)" in result.stderr
+    assert "--tools expert offers no answer tool" in result.stderr
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["unanswered"] == 2 and metrics["errors"] == 0
+
+
 def test_summarize_counts_failed_episodes_and_their_first_distinct_errors():
     from toolorchestra.agent.trajectory import Step, Trajectory
     from toolorchestra.bench.metrics import summarize

@@ -189,7 +189,8 @@ def _print_metrics(metrics: dict, out: Path) -> None:
 
 
 def _fail_if_every_episode_failed(metrics: dict) -> None:
-    """Exit non-zero (one clear message) when every episode failed: an accuracy of 0 says nothing then. A run
+    """Exit non-zero (one clear message) when every episode failed, or when none gave an answer (e.g. --tools
+    left out the answer tool, or --max-turns ran out every time): an accuracy of 0 says nothing then. A run
     where only some failed exits 0 (the table shows the count)."""
     from toolorchestra.errors import EvalError
 
@@ -203,3 +204,12 @@ def _fail_if_every_episode_failed(metrics: dict) -> None:
         policy = metrics.get("spec") or metrics["policy"]
         raise EvalError(f"every episode failed ({episodes} of {episodes}; policy {policy}), so the accuracy means "
                         f"nothing. First errors: {listed}")
+    if episodes and sum(entry.get("unanswered", 0) for entry in entries) == episodes:
+        reasons = metrics.get("stop_reasons") or {}
+        tools = metrics.get("tools")
+        raise EvalError(f"no episode gave an answer ({episodes} of {episodes}; stop reasons "
+                        f"{', '.join(f'{key} {value}' for key, value in reasons.items()) or 'unknown'}), so the "
+                        f"accuracy means nothing. "
+                        + (f"--tools {','.join(tools)} offers no answer tool; " if tools and "answer" not in tools
+                           else "")
+                        + "an episode ends when the answer tool is called (see --tools and --max-turns)")
