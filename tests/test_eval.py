@@ -298,7 +298,7 @@ def test_unit_eval_where_no_episode_answers_exits_non_zero_and_names_the_missing
     assert "no episode gave an answer (2 of 2; stop reasons max_turns 2)" in result.stderr
     assert "--tools expert offers no answer tool" in result.stderr
     metrics = json.loads((out / "metrics.json").read_text())
-    assert metrics["unanswered"] == 2 and metrics["errors"] == 0
+    assert metrics["stop_reasons"] == {"max_turns": 2} and metrics["errors"] == 0
 
 
 def test_summarize_counts_failed_episodes_and_their_first_distinct_errors():

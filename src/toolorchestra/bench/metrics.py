@@ -46,7 +46,6 @@ def summarize(trajectories: Sequence[Trajectory]) -> dict[str, Any]:
         "calls_per_model": dict(sorted(calls_per_model.items())),
         "answered_by": dict(sorted(answered_by.items())),
         "stop_reasons": dict(sorted(Counter(t.stop_reason or "none" for t in trajectories).items())),
-        "unanswered": sum(1 for trajectory in trajectories if trajectory.final_answer is None),
         "malformed_calls": sum(trajectory.malformed_calls() for trajectory in trajectories),
         "errors": len(failures),
         "first_errors": _first_distinct(failures, MAX_FIRST_ERRORS),
