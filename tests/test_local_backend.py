@@ -318,6 +318,32 @@ def test_unguided_generation_does_not_need_xgrammar(tiny_dir: Path, monkeypatch:
         importlib.import_module("toolorchestra.backends.guided")
 
 
+def test_cpu_grouped_attention_matches_stock_sdpa_on_a_padded_batch(tiny_dir: Path) -> None:
+    """On the CPU models load with the grouped-query attention that skips repeat_kv; on a left-padded batch
+    (a mask, so stock "sdpa" copies the KV heads) its logits and greedy tokens equal stock sdpa's exactly."""
+    import torch
+
+    model, tokenizer = load_hf_model(str(tiny_dir))
+    assert model.config._attn_implementation == local.CPU_ATTENTION
+    assert model.config.num_key_value_heads < model.config.num_attention_heads  # the case it is for
+    tokenizer.padding_side = "left"
+    batch = tokenizer(["Which option is correct? A) one B) two " * 6, "the answer is B"], return_tensors="pt",
+                      padding=True)
+    assert int(batch["attention_mask"].sum()) < batch["attention_mask"].numel()  # padded: a mask is passed
+
+    def run() -> tuple[Any, Any]:
+        with torch.inference_mode():
+            logits = model(**batch).logits
+            tokens = model.generate(**batch, max_new_tokens=12, do_sample=False, pad_token_id=tokenizer.pad_token_id)
+        return logits, tokens
+
+    grouped_logits, grouped_tokens = run()
+    model.set_attn_implementation("sdpa")
+    stock_logits, stock_tokens = run()
+    assert torch.equal(grouped_logits, stock_logits)
+    assert torch.equal(grouped_tokens, stock_tokens)
+
+
 def test_guided_and_plain_requests_share_a_batch(tiny: LocalBackend, monkeypatch: pytest.MonkeyPatch) -> None:
     sizes = count_generate_calls(tiny, monkeypatch)
 
