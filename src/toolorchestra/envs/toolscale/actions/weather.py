@@ -39,7 +39,7 @@ NOT_STATUSES = ("confirmed", "final", "approved")
 
 def verify_forecast_for_date(database: Database, arguments: dict[str, Any]) -> Any:
     key, date, status = arguments["forecast_id"], arguments["date"], arguments["status"]
-    record = existing(database, FORECASTS, key, "forecast_id")
+    existing(database, FORECASTS, key, "forecast_id")
     try:
         datetime.date.fromisoformat(date)
     except ValueError:
