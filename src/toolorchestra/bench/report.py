@@ -116,6 +116,9 @@ def load_runs(paths: Sequence[Path]) -> list[Run]:
             runs.append(Run(str(metrics["policy"]), env, split, metrics, metrics_path.parent))
         else:
             raise UserError(f"{metrics_path}: expected eval metrics (accuracy, cost_usd, ...) or a sweep")
+    for run in runs:  # router points exported one per dir (results/<world>/router-T/) are drawn as one sweep
+        if run.sweep is None and run.policy.startswith("router:"):
+            run.sweep, run.extra["sweep_key"] = "router", str(run.source.parent)
     return runs
 
 
@@ -229,7 +232,7 @@ def _draw_group(axis: Any, group: Sequence[Run]) -> None:
     sweeps: dict[str, list[Run]] = {}
     for run in group:
         if run.kind == "sweep":
-            sweeps.setdefault(f"{run.sweep}@{run.source}", []).append(run)
+            sweeps.setdefault(f"{run.sweep}@{run.extra.get('sweep_key', run.source)}", []).append(run)
     for key, points in sweeps.items():
         points.sort(key=lambda run: run.cost_per_task)
         axis.plot([cost_x(p) for p in points], [p.accuracy for p in points], "-^",
