@@ -1,7 +1,8 @@
 """ToolScale policy actions (envs/toolscale/actions/): the earlier task families are byte-identical, the
 bank, restaurant, basketball, movie, travel and weather actions enforce their policy rules with clear
 errors, created records live in the episode's overlay, and every domain's action families are generated,
-verified and split like the others (ecommerce, medicine, railway and school actions: their own test files)."""
+verified and split like the others (ecommerce, medicine, railway and school actions and restaurant's
+ticket modifications: their own test files)."""
 
 from __future__ import annotations
 
