@@ -1,6 +1,7 @@
-"""Test helper for the ToolScale action tests: the checks every domain's action families must pass (generated
-after the earlier families, both families present, at least 100 in the test split, refusals that carry their
-failing request and write nothing, no owner in both splits), shared by the generic and the per-domain tests."""
+"""Test helpers for the ToolScale action tests: a domain's bound tools over a fresh episode database, the
+check that a tool fails with given messages, and the checks every domain's action families must pass
+(generated after the earlier families, both families present, at least 100 in the test split, refusals that
+carry their failing request and write nothing, no owner in both splits)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,21 @@ from toolorchestra.envs.toolscale.tasks import (
     BASE_FAMILIES,
     generate_tasks,
 )
+from toolorchestra.envs.toolscale.tools import domain_specs
+
+
+def tools_of(shared_data: Path, name: str) -> tuple[Any, dict[str, Any]]:
+    """(a fresh episode database of domain `name`, its tools bound to it by name)."""
+    domain = load_domain(shared_data, name)
+    database = domain.new_database()
+    return database, {spec.name: spec.bind(database) for spec in domain_specs(domain)}
+
+
+def expect_errors(tool: Any, cases: list[tuple[dict[str, Any], str]]) -> None:
+    """Each (arguments, message): the call fails with an error containing the message."""
+    for arguments, message in cases:
+        result = tool.call(arguments)
+        assert result.error and message in result.error, (arguments, result.error)
 
 
 def checked_action_tasks(shared_data: Path, name: str) -> tuple[Any, list[Any]]:

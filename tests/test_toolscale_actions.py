@@ -8,17 +8,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-from pathlib import Path
 
 import pytest
-from _toolscale_checks import checked_action_tasks
+from _toolscale_checks import checked_action_tasks, tools_of
 
 from toolorchestra.envs.toolscale.data import DOMAINS, load_domain
 from toolorchestra.envs.toolscale.tasks import (
     BASE_FAMILIES,
     generate_tasks,
 )
-from toolorchestra.envs.toolscale.tools import domain_specs
 
 # sha256 of json.dumps([[id, split, prompt, gold_actions, expected_hash, required_facts, forbidden_actions], ...],
 # sort_keys=True) over each domain's tasks of the five earlier families (seed 0, both splits, in order),
@@ -47,10 +45,6 @@ def test_earlier_families_are_byte_identical(shared_data, domain):
     assert (len(tasks), digest) == BASE_DIGESTS[domain]
 
 
-def tools_of(shared_data: Path, name: str):
-    domain = load_domain(shared_data, name)
-    database = domain.new_database()
-    return database, {spec.name: spec.bind(database) for spec in domain_specs(domain)}
 
 
 def test_transfer_to_beneficiary_enforces_the_bank_policy(shared_data):

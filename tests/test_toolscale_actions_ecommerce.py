@@ -8,10 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from _toolscale_checks import checked_action_tasks
-
-from toolorchestra.envs.toolscale.data import load_domain
-from toolorchestra.envs.toolscale.tools import domain_specs
+from _toolscale_checks import checked_action_tasks, expect_errors, tools_of
 
 ADDRESS = {"line1": "18 Juniper Lane", "line2": "", "municipality": "Austin", "region": "TX", "nation": "USA",
            "postal_code": "78701"}
@@ -23,15 +20,9 @@ FREEZER = {"account_key": "6rHXKfi", "sale_ref": "xgEXLLy"}
 
 @pytest.fixture
 def ecommerce(shared_data):
-    domain = load_domain(shared_data, "ecommerce")
-    database = domain.new_database()
-    return database, {spec.name: spec.bind(database) for spec in domain_specs(domain)}
+    return tools_of(shared_data, "ecommerce")
 
 
-def expect_errors(tool, cases: list[tuple[dict, str]]) -> None:
-    for arguments, message in cases:
-        result = tool.call(arguments)
-        assert result.error and message in result.error, (arguments, result.error)
 
 
 def sale(tools, sale_ref: str) -> dict:

@@ -6,15 +6,12 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
-from _toolscale_checks import checked_action_tasks
+from _toolscale_checks import checked_action_tasks, expect_errors, tools_of
 
-from toolorchestra.envs.toolscale.data import load_domain
 from toolorchestra.envs.toolscale.tasks import (
     execute,
 )
-from toolorchestra.envs.toolscale.tools import domain_specs
 
 PATIENT, PRESCRIPTION = "ZTSS2LV", "WBQEX7O"  # filled once, refills 3 allowed / 2 remaining, paid 180 by PAY-0001
 OWNED = {"patient_id": PATIENT, "prescription_id": PRESCRIPTION}
@@ -25,20 +22,12 @@ FILL = {**OWNED, "pharmacist_id": "RPH-1001",
         "payments": [{"payment_id": "PM-ZT1", "amount": 180.0}]}  # copay 100 + uncovered 580 - 500
 
 
-def tools_of(shared_data: Path):
-    domain = load_domain(shared_data, "medicine")
-    database = domain.new_database()
-    return database, {spec.name: spec.bind(database) for spec in domain_specs(domain)}
 
 
 def get(tools, name: str, **arguments):
     return json.loads(tools[name].call(arguments).output)
 
 
-def expect_errors(tool, cases) -> None:
-    for arguments, message in cases:
-        result = tool.call(arguments)
-        assert result.error and message in result.error, (arguments, result.error)
 
 
 def foreign_method(database) -> str:
@@ -51,7 +40,7 @@ def with_item(**changes):
 
 
 def test_fill_checks_orders_lots_payments_and_refills_then_records_the_fill(shared_data):
-    database, tools = tools_of(shared_data)
+    database, tools = tools_of(shared_data, "medicine")
     fill = tools["fill_prescription"]
     base = database.domain.base
     other_medication = next(m for m in base["medications"] if m != "V3SUMYV")
@@ -92,7 +81,7 @@ def test_fill_checks_orders_lots_payments_and_refills_then_records_the_fill(shar
 
 
 def test_fill_needs_inventory_and_an_unexpired_lot(shared_data):
-    database, tools = tools_of(shared_data)
+    database, tools = tools_of(shared_data, "medicine")
     database.update("medications", "V3SUMYV", ["batches", "RBX24A", "quantity_units"], 20)
     assert "insufficient inventory in lot 'JX24A79': 20 units, 30 requested" in tools["fill_prescription"].call(
         FILL).error
@@ -103,7 +92,7 @@ def test_fill_needs_inventory_and_an_unexpired_lot(shared_data):
 
 
 def test_status_updates_take_only_the_policy_values_and_closed_prescriptions_stay_closed(shared_data):
-    database, tools = tools_of(shared_data)
+    database, tools = tools_of(shared_data, "medicine")
     update = tools["update_prescription_status"]
     prescriptions = database.domain.base["prescriptions"]
     fresh = next(p for p in prescriptions.values() if p["status"] == "active" and not p["dispenses"])
@@ -125,7 +114,7 @@ def test_status_updates_take_only_the_policy_values_and_closed_prescriptions_sta
 
 
 def test_transfer_moves_to_another_pharmacy_and_closes_the_prescription(shared_data):
-    database, tools = tools_of(shared_data)
+    database, tools = tools_of(shared_data, "medicine")
     here = database.domain.base["prescriptions"][PRESCRIPTION]["pharmacy"]
     elsewhere = {"pharmacy_id": "PHARM-NEW", "name": "Lakeside Pharmacy",
                  "address": {"street": "9 Lake Rd", "city": "Springfield", "state": "IL", "zip": "62701"}}
@@ -145,7 +134,7 @@ def test_transfer_moves_to_another_pharmacy_and_closes_the_prescription(shared_d
 
 
 def test_counseling_takes_yes_or_no_and_must_change(shared_data):
-    database, tools = tools_of(shared_data)
+    database, tools = tools_of(shared_data, "medicine")
     counsel = tools["set_counseling_offered"]
     expect_errors(counsel, [({**OWNED, "counseling_offered": "maybe"}, "expected yes or no"),
                             ({**OWNED, "counseling_offered": "yes"}, "is already 'yes'")])
@@ -155,7 +144,7 @@ def test_counseling_takes_yes_or_no_and_must_change(shared_data):
 
 
 def test_payments_need_a_saved_method_and_cancel_refunds_each_payment_id(shared_data):
-    database, tools = tools_of(shared_data)
+    database, tools = tools_of(shared_data, "medicine")
     pay, cancel = tools["add_prescription_payment"], tools["cancel_prescription"]
     unsaved = f"is not a payment method saved in the profile of patient '{PATIENT}'"
     expect_errors(pay, [({**OWNED, "payment_id": foreign_method(database), "amount": 20.0}, unsaved),

@@ -6,9 +6,8 @@ whole dollars. The action tasks are all verified (none dropped), deterministic a
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-from _toolscale_checks import checked_action_tasks
+from _toolscale_checks import checked_action_tasks, expect_errors, tools_of
 
 from toolorchestra.envs.toolscale.actions import railway
 from toolorchestra.envs.toolscale.data import load_domain
@@ -16,7 +15,6 @@ from toolorchestra.envs.toolscale.tasks import (
     Generator,
     verify,
 )
-from toolorchestra.envs.toolscale.tools import domain_specs
 
 # cz201: user cz101, first class, 2 passengers, 2 bags, no bike, paid 1640 (pay-cz-0001); wallet-cz-0001 holds 2000.
 # cz202: user cz101, second class, no insurance, trains ec 279 (2025-09-10) and ec 278, all on time.
@@ -26,10 +24,6 @@ PLAIN = {"user_id": "cz101", "reservation_id": "cz202"}
 INSURED = {"user_id": "chu00002", "reservation_id": "chr00002"}
 
 
-def tools_of(shared_data: Path):
-    domain = load_domain(shared_data, "railway")
-    database = domain.new_database()
-    return database, {spec.name: spec.bind(database) for spec in domain_specs(domain)}
 
 
 def output(tools, name: str, arguments: dict) -> dict:
@@ -38,14 +32,10 @@ def output(tools, name: str, arguments: dict) -> dict:
     return json.loads(result.output)
 
 
-def expect_errors(tool, cases) -> None:
-    for arguments, message in cases:
-        result = tool.call(arguments)
-        assert result.error and message in result.error, (arguments, result.error)
 
 
 def test_cancel_needs_a_policy_ground_and_refunds_every_payment(shared_data):
-    database, tools = tools_of(shared_data)
+    database, tools = tools_of(shared_data, "railway")
     cancel = tools["cancel_reservation"]
     expect_errors(cancel, [
         ({**PLAIN, "reason": "change_of_plan"}, "cannot be cancelled: it was not booked within the last 24 hours"),
@@ -84,14 +74,14 @@ def test_cancel_grounds_follow_the_policy_clock_and_train_status(shared_data):
         (("trains", "ec 279", ["dates", "2025-09-10", "status"], "delayed"), None),
     ]
     for (collection, key, path, value), ground in cases:
-        database, tools = tools_of(shared_data)
+        database, tools = tools_of(shared_data, "railway")
         database.update(collection, key, path, value)
         result = tools["cancel_reservation"].call({**PLAIN, "reason": "change_of_plan"})
         if ground:
             assert json.loads(result.output)["grounds"] == [ground], (value, result.error)
         else:
             assert result.error and "cannot be cancelled" in result.error, (value, result.output)
-    database, tools = tools_of(shared_data)  # a segment already under way: even first class needs a human agent
+    database, tools = tools_of(shared_data, "railway")  # a segment already under way: even first class needs a human agent
     segments = database.get("reservations", "cz201")["trains"]
     database.update("reservations", "cz201", "trains", [{**segments[0], "date": "2024-05-15"}])  # rj 75 left 09:12
     before = database.digest()
@@ -104,7 +94,7 @@ def test_cancel_grounds_follow_the_policy_clock_and_train_status(shared_data):
 
 
 def test_bags_and_bikes_cost_15_and_10_and_move_a_saved_wallet(shared_data):
-    database, tools = tools_of(shared_data)
+    database, tools = tools_of(shared_data, "railway")
     bags = tools["modify_reservation_bags"]
     expect_errors(bags, [
         ({**FIRST, "total_bags": 2, "bikes": 0}, "already has 2 bags and 0 bikes; nothing to change"),
@@ -138,7 +128,7 @@ def test_bags_and_bikes_cost_15_and_10_and_move_a_saved_wallet(shared_data):
 
 
 def test_passenger_updates_keep_the_count_and_need_real_dates(shared_data):
-    database, tools = tools_of(shared_data)
+    database, tools = tools_of(shared_data, "railway")
     people = [dict(p) for p in database.get("reservations", "cz201")["passengers"]]
     update = tools["update_passengers"]
     expect_errors(update, [
@@ -159,7 +149,7 @@ def test_passenger_updates_keep_the_count_and_need_real_dates(shared_data):
 
 
 def test_wallet_top_ups_are_whole_dollars_funded_by_a_saved_card(shared_data):
-    database, tools = tools_of(shared_data)
+    database, tools = tools_of(shared_data, "railway")
     top_up = tools["add_wallet_funds"]
     expect_errors(top_up, [
         ({"user_id": "cz101", "amount": 25.5}, "top-ups must be positive whole-dollar amounts, got 25.5"),

@@ -9,12 +9,10 @@ import json
 from collections import Counter
 
 import pytest
-from _toolscale_checks import checked_action_tasks
+from _toolscale_checks import checked_action_tasks, expect_errors, tools_of
 
 from toolorchestra.envs.toolscale.actions import action_drafts
-from toolorchestra.envs.toolscale.data import load_domain
 from toolorchestra.envs.toolscale.tasks import Generator
-from toolorchestra.envs.toolscale.tools import domain_specs
 
 TICKETS, PATRONS, MENU = "service_tickets", "patron_registry", "menu_board"
 # in db.json: cmYq04O placed delivery (patron VD6EWAX, paid with 32WO76E, its only instrument; C8R63h1 is another
@@ -32,15 +30,9 @@ NEW_TOOLS = ("modify_ticket_dropoff", "modify_ticket_table", "modify_ticket_paym
 
 @pytest.fixture
 def restaurant(shared_data):
-    domain = load_domain(shared_data, "restaurant")
-    database = domain.new_database()
-    return database, {spec.name: spec.bind(database) for spec in domain_specs(domain)}
+    return tools_of(shared_data, "restaurant")
 
 
-def expect_errors(tool, cases: list[tuple[dict, str]]) -> None:
-    for arguments, message in cases:
-        result = tool.call(arguments)
-        assert result.error and message in result.error, (arguments, result.error)
 
 
 def ticket(tools, ref: str) -> dict:

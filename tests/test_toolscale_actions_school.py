@@ -5,12 +5,10 @@ generated, all verified and split by student."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-from _toolscale_checks import checked_action_tasks
+from _toolscale_checks import checked_action_tasks, expect_errors, tools_of
 
 from toolorchestra.envs.toolscale.actions import action_drafts
-from toolorchestra.envs.toolscale.data import load_domain
 from toolorchestra.envs.toolscale.tasks import (
     Generator,
 )
@@ -25,24 +23,16 @@ FALL_4, FALL_3 = "G0CR3PX", "N4Q81OI"  # 2025-FALL: 4 credits (24 of 25 enrolled
 OTHER_REGISTRATION = "2ZLODR2"  # another student's
 
 
-def tools_of(shared_data: Path):
-    domain = load_domain(shared_data, "school")
-    database = domain.new_database()
-    return database, {spec.name: spec.bind(database) for spec in domain_specs(domain)}
 
 
 def read(tools, name: str, **arguments) -> dict:
     return json.loads(tools[name].call(arguments).output)
 
 
-def expect_errors(tool, cases: list[tuple[dict, str]]) -> None:
-    for arguments, message in cases:
-        result = tool.call(arguments)
-        assert result.error and message in result.error, (arguments, result.error)
 
 
 def test_register_courses_needs_one_term_open_courses_no_conflict_and_exact_payment(shared_data):
-    database, tools = tools_of(shared_data)
+    database, tools = tools_of(shared_data, "school")
     register = tools["register_courses"]
     ok = {"student_id": STUDENT, "term": "2025-FALL", "study_level": "undergraduate",
           "courses": [{"course_id": FALL_4}, {"course_id": FALL_3, "grading_option": "pass/fail"}],
@@ -83,7 +73,7 @@ def test_register_courses_needs_one_term_open_courses_no_conflict_and_exact_paym
 
 
 def test_modify_registration_keeps_term_and_insurance_and_settles_the_tuition_difference(shared_data):
-    database, tools = tools_of(shared_data)
+    database, tools = tools_of(shared_data, "school")
     modify = tools["modify_registration"]
     mine = {"student_id": STUDENT, "registration_id": REGISTRATION}
     add = {**mine, "add_courses": [{"course_id": OPEN_SPRING}]}
@@ -127,7 +117,7 @@ def test_modify_registration_keeps_term_and_insurance_and_settles_the_tuition_di
 
 
 def test_cancel_registration_drops_every_course_and_refunds_each_payment(shared_data):
-    database, tools = tools_of(shared_data)
+    database, tools = tools_of(shared_data, "school")
     cancel = tools["cancel_registration"]
     mine = {"student_id": STUDENT, "registration_id": REGISTRATION}
     expect_errors(cancel, [({**mine, "registration_id": OTHER_REGISTRATION}, "is not a registration of student"),
@@ -145,7 +135,7 @@ def test_cancel_registration_drops_every_course_and_refunds_each_payment(shared_
     assert "is canceled" in cancel.call(mine).error
     assert "is canceled" in tools["modify_registration"].call({**mine, "drop_course_ids": ["XNMQ98S"]}).error
     # an earlier refund counts against its payment: only what is still paid comes back
-    database, tools = tools_of(shared_data)
+    database, tools = tools_of(shared_data, "school")
     assert not tools["modify_registration"].call({**mine, "drop_course_ids": ["XNMQ98S"],
                                                   "payment_id": "PAY-0001"}).error  # -1350 to PAY-0001
     refunds = json.loads(tools["cancel_registration"].call(mine).output)["refunds"]
