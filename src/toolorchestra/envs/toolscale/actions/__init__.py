@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import math
+from collections.abc import Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -82,7 +83,25 @@ def money(value: float) -> float:
     return round(value, 2)
 
 
+def write_spec(name: str, description: str, parameters: dict[str, Any], handler: Any, collection: str,
+               key_argument: str) -> ToolSpec:
+    """A policy write action: its description marked WRITE for the agent, and the collection and key argument
+    that name the record it changes (what refusals forbid)."""
+    return ToolSpec(name, f"WRITE. {description}", parameters, handler, writes=True, collection=collection,
+                    key_argument=key_argument)
+
+
+def address_of(arguments: dict[str, Any], fields: Sequence[str], optional: Sequence[str]) -> dict[str, str]:
+    """The address `fields` of a call, stripped; every field not in `optional` must be non-empty."""
+    blank = [name for name in fields if name not in optional and not arguments[name].strip()]
+    if blank:
+        required = ", ".join(name for name in fields if name not in optional)
+        raise ToolFailure(f"invalid argument {blank[0]}: every address field but {', '.join(optional)} ({required}) "
+                          "is required")
+    return {name: arguments[name].strip() for name in fields}
+
+
 AMOUNT_SCHEMA = {"type": "number", "exclusiveMinimum": 0}
 
-__all__ = ["AMOUNT_SCHEMA", "NOW", "action_drafts", "action_specs", "actions_module", "existing", "money", "new_key",
-           "positive_amount"]
+__all__ = ["AMOUNT_SCHEMA", "NOW", "action_drafts", "action_specs", "actions_module", "address_of", "existing", "money",
+           "new_key", "positive_amount", "write_spec"]

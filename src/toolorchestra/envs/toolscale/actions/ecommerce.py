@@ -45,7 +45,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from toolorchestra.envs.toolscale.actions import existing, money
+from toolorchestra.envs.toolscale.actions import address_of, existing, money, write_spec
 from toolorchestra.envs.toolscale.tasks import Draft, action
 from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema
 
@@ -114,14 +114,6 @@ def refund_timing(database: Database, account_key: str, instrument_id: str | Non
     return IMMEDIATE if source.get("origin") == GIFT_CARD else LATER
 
 
-def address_of(arguments: dict[str, Any]) -> dict[str, str]:
-    """The six address fields, stripped; all but line2 must be non-empty."""
-    blank = [name for name in ADDRESS_FIELDS if name not in OPTIONAL_ADDRESS_FIELDS and not arguments[name].strip()]
-    if blank:
-        raise ToolFailure(f"invalid argument {blank[0]}: every address field but line2 (line1, municipality, region, "
-                          "nation, postal_code) is required")
-    return {name: arguments[name].strip() for name in ADDRESS_FIELDS}
-
 
 def sale_lines(record: dict[str, Any], skus: list[str], argument: str) -> list[dict[str, Any]]:
     """One line of the sale per listed sku (duplicates are quantities): all must be in the sale."""
@@ -161,7 +153,7 @@ def find_by_name_zip(database: Database, arguments: dict[str, Any]) -> Any:
 def modify_account_address(database: Database, arguments: dict[str, Any]) -> Any:
     account_key = arguments["account_key"]
     old = account(database, account_key).get("location")
-    location = address_of(arguments)
+    location = address_of(arguments, ADDRESS_FIELDS, OPTIONAL_ADDRESS_FIELDS)
     database.update(ACCOUNTS, account_key, "location", location)
     return {"account_key": account_key, "old_location": old, "location": location}
 
@@ -169,7 +161,7 @@ def modify_account_address(database: Database, arguments: dict[str, Any]) -> Any
 def modify_sale_address(database: Database, arguments: dict[str, Any]) -> Any:
     record = owned_sale(database, arguments)
     require_state(record, "pending", "a delivery address change")
-    delivery = address_of(arguments)
+    delivery = address_of(arguments, ADDRESS_FIELDS, OPTIONAL_ADDRESS_FIELDS)
     database.update(SALES, record["sale_ref"], "delivery", delivery)
     return {"sale_ref": record["sale_ref"], "state": "pending", "delivery": delivery}
 
@@ -264,8 +256,7 @@ def specs(domain: Domain) -> list[ToolSpec]:
 
     def write(name: str, description: str, parameters: dict[str, Any], handler: Any,
               collection: str = SALES, key: str = "sale_ref") -> ToolSpec:
-        return ToolSpec(name, f"WRITE. {description}", object_schema(parameters), handler, writes=True,
-                        collection=collection, key_argument=key)
+        return write_spec(name, description, object_schema(parameters), handler, collection, key)
 
     return [
         ToolSpec("find_account_key_by_name_zip", "Find the account_key by first name, last name and postal code "

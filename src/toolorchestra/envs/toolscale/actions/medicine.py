@@ -43,6 +43,7 @@ from toolorchestra.envs.toolscale.actions import (
     existing,
     money,
     positive_amount,
+    write_spec,
 )
 from toolorchestra.envs.toolscale.tasks import Draft, action, fact_text
 from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema
@@ -245,8 +246,8 @@ def cancel_prescription(database: Database, arguments: dict[str, Any]) -> Any:
 
 def specs(domain: Domain) -> list[ToolSpec]:
     def write(name: str, description: str, extra: dict[str, Any], handler: Any) -> ToolSpec:
-        return ToolSpec(name, f"WRITE. {description}", object_schema({**OWNED, **extra}), handler, writes=True,
-                        collection=PRESCRIPTIONS, key_argument="prescription_id")
+        return write_spec(name, description, object_schema({**OWNED, **extra}), handler, PRESCRIPTIONS,
+                          "prescription_id")
 
     # status and counseling_offered are plain strings: a value outside the policy's fails with the rule's message
     return [

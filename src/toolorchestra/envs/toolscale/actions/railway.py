@@ -36,7 +36,7 @@ import math
 import re
 from typing import TYPE_CHECKING, Any
 
-from toolorchestra.envs.toolscale.actions import existing
+from toolorchestra.envs.toolscale.actions import existing, write_spec
 from toolorchestra.envs.toolscale.tasks import Draft, action, fact_text
 from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema
 
@@ -249,8 +249,7 @@ def add_wallet_funds(database: Database, arguments: dict[str, Any]) -> Any:
 def specs(domain: Domain) -> list[ToolSpec]:
     def write(name: str, description: str, required: dict[str, Any], optional: dict[str, Any] | None,
               handler: Any, collection: str = RESERVATIONS, key: str = "reservation_id") -> ToolSpec:
-        return ToolSpec(name, f"WRITE. {description}", object_schema(required, optional), handler, writes=True,
-                        collection=collection, key_argument=key)
+        return write_spec(name, description, object_schema(required, optional), handler, collection, key)
 
     # reason and amount are checked in the handlers (not by enum / multipleOf) so that a value the policy
     # does not allow fails with the rule's own message

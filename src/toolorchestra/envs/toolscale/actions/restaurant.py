@@ -46,7 +46,12 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from toolorchestra.envs.toolscale.actions import existing, money, positive_amount
+from toolorchestra.envs.toolscale.actions import (
+    address_of,
+    existing,
+    money,
+    positive_amount,
+)
 from toolorchestra.envs.toolscale.tasks import Draft, action, fact_text
 from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema
 
@@ -96,14 +101,6 @@ def require_mode(record: dict[str, Any], mode: str, doing: str) -> None:
         raise ToolFailure(f"ticket {record['ticket_ref']!r} is {record.get('service_mode')}; only {mode} tickets "
                           f"can {doing}")
 
-
-def address_of(arguments: dict[str, Any]) -> dict[str, str]:
-    """The six address fields, stripped; all but line_two must be non-empty."""
-    blank = [name for name in ADDRESS_FIELDS if name not in OPTIONAL_ADDRESS_FIELDS and not arguments[name].strip()]
-    if blank:
-        raise ToolFailure(f"invalid argument {blank[0]}: every address field but line_two (line_one, municipality, "
-                          "province, nation, postal_code) is required")
-    return {name: arguments[name].strip() for name in ADDRESS_FIELDS}
 
 
 def payment_charges(record: dict[str, Any]) -> list[dict[str, Any]]:
@@ -181,7 +178,7 @@ def modify_dropoff(database: Database, arguments: dict[str, Any]) -> Any:
     ref = arguments["ticket_ref"]
     record = placed_ticket(database, ref, "change their dropoff address")
     require_mode(record, "delivery", "change their dropoff address")
-    dropoff = address_of(arguments)
+    dropoff = address_of(arguments, ADDRESS_FIELDS, OPTIONAL_ADDRESS_FIELDS)
     database.update(TICKETS, ref, "dropoff", dropoff)
     return {"ticket_ref": ref, "old_dropoff": record.get("dropoff"), "dropoff": dropoff}
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from toolorchestra.envs.toolscale.actions import existing, money
+from toolorchestra.envs.toolscale.actions import existing, money, write_spec
 from toolorchestra.envs.toolscale.tasks import Draft, action, fact_text
 from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema
 
@@ -190,8 +190,7 @@ def schedule_meeting(database: Database, arguments: dict[str, Any]) -> Any:
 def specs(domain: Domain) -> list[ToolSpec]:
     def write(name: str, description: str, required: dict[str, Any], optional: dict[str, Any] | None,
               handler: Any, collection: str = TRAVELERS, key: str = "booking_id") -> ToolSpec:
-        return ToolSpec(name, f"WRITE. {description}", object_schema(required, optional), handler, writes=True,
-                        collection=collection, key_argument=key)
+        return write_spec(name, description, object_schema(required, optional), handler, collection, key)
 
     return [
         write("update_booking_departure_date", "Move the traveler's booking to another departure date of the same "
