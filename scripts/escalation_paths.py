@@ -37,9 +37,11 @@ def describe(run: Path) -> None:
         made = calls(row)
         consulted = [model for tool, model in made if tool == "expert"]
         first[consulted[0] if consulted else "(none)"] += 1
-        for model in consulted:
+        for position, (tool, model) in enumerate(made):
+            if tool != "expert":
+                continue
             said = "attempted" if attempted(env, tasks[row["task_id"]], model_of.get(model, model)) else "declined"
-            following = made[made.index(("expert", model)) + 1:][:1]
+            following = made[position + 1:position + 2]  # the call after this consultation
             if not following:
                 outcomes[said, "ended"] += 1
             elif following[0] == ("answer", model):
@@ -54,7 +56,7 @@ def describe(run: Path) -> None:
         print(f"  after an answer that {said} ({total}):",
               ", ".join(f"{what} {outcomes[said, what]}" for what in ("adopted", "escalated", "ended")))
     print("  most frequent paths:")
-    for path, count in paths.most_common(4):
+    for path, count in paths.most_common(5):
         print(f"    {count:4d}  {path}")
 
 
