@@ -187,3 +187,21 @@ def test_gold_targets_on_an_env_without_gold_actions_stop_with_the_cause(tmp_pat
     with pytest.raises(TrainingError, match="no task carries meta gold_actions"):
         trainer.fit(show_progress=False)
     assert not (tmp_path / "checkpoints").exists() or not any((tmp_path / "checkpoints").iterdir())
+
+
+def test_by_subtask_sample_gives_rare_families_an_equal_share() -> None:
+    import random
+    from collections import Counter
+
+    from toolorchestra.envs.base import Task
+    from toolorchestra.train.sft import sample_by_subtask
+
+    tasks = [Task(id=f"l{i}", prompt="q", subtask="bank/lookup") for i in range(90)]
+    tasks += [Task(id=f"w{i}", prompt="q", subtask="bank/multi_write") for i in range(3)]
+    tasks += [Task(id=f"r{i}", prompt="q", subtask="bank/refusal") for i in range(7)]
+    picked = sample_by_subtask(tasks, 15, random.Random(0))
+    counts = Counter(task.subtask for task in picked)
+    assert len(picked) == 15 and len({task.id for task in picked}) == 15
+    # all 3 multi-step writes (the family runs out), then the other two share the rest equally
+    assert counts == {"bank/multi_write": 3, "bank/refusal": 6, "bank/lookup": 6}
+    assert len(sample_by_subtask(tasks, 100, random.Random(0))) == 100

@@ -201,6 +201,10 @@ class SFTConfig(_Strict):
         "answer_labels", description="answer_labels: the best answer call found by trying every label (replay "
         "worlds); gold_actions: whole multi-turn episodes replaying the task's gold actions as tool calls, then "
         "the gold answer (toolscale), tool outputs masked out of the loss")
+    sample: Literal["random", "by_subtask"] = Field(
+        "random", description="gold_actions: which max_tasks train tasks give examples. random: a seeded sample "
+        "(families in the split's proportions: toolscale is 63% lookups); by_subtask: an equal share of each "
+        "task subtask (toolscale: domain/family) as far as it has tasks, seeded")
     tie_break: Literal["random", "first"] = Field(
         "random", description="among equally rewarded correct labels, the target is a random one (first: the "
         "first in the offered order, which teaches 'pick the first label')")

@@ -21,6 +21,7 @@ from toolorchestra.agent.prompt import initial_messages, task_rules
 from toolorchestra.agent.trajectory import Trajectory
 from toolorchestra.backends.base import ToolCall
 from toolorchestra.backends.toolcalls import render_tool_call
+from toolorchestra.envs.base import Task
 from toolorchestra.errors import TrainingError
 from toolorchestra.reward import group_rewards
 from toolorchestra.tools.base import ToolContext, ToolResult
@@ -80,7 +81,9 @@ def build_gold_examples(trainer: "Trainer", errors: list[str] | None = None) -> 
     sampler = TaskSampler(trainer.env, trainer.tasks, trainer.config.sampler, trainer.config.seed + 1)
     # A seeded sample, not the first tasks: a toolscale split is ordered by domain.
     count = min(trainer.config.sft.max_tasks, len(trainer.tasks))
-    tasks = random.Random(trainer.config.seed).sample(trainer.tasks, count)
+    rng = random.Random(trainer.config.seed)
+    tasks = sample_by_subtask(trainer.tasks, count, rng) if trainer.config.sft.sample == "by_subtask" else \
+        rng.sample(trainer.tasks, count)
     examples = []
     loop = asyncio.new_event_loop()
     try:
@@ -98,6 +101,21 @@ def build_gold_examples(trainer: "Trainer", errors: list[str] | None = None) -> 
     finally:
         loop.close()
     return examples
+
+
+def sample_by_subtask(tasks: list[Task], count: int, rng: random.Random) -> list[Task]:
+    """`count` tasks taking in turn one from each subtask (shuffled within it), so a family with few tasks
+    (a multi-step write) is as present as one with thousands (lookups), until it runs out."""
+    strata: dict[str | None, list[Task]] = {}
+    for task in tasks:
+        strata.setdefault(task.subtask, []).append(task)
+    queues = [rng.sample(members, len(members)) for members in strata.values()]
+    picked: list[Task] = []
+    while len(picked) < count and any(queues):
+        for queue in queues:
+            if queue and len(picked) < count:
+                picked.append(queue.pop())
+    return picked
 
 
 async def _gold_episode(trainer: "Trainer", draw: PromptDraw, calls: list[ToolCall],
