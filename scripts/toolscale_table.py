@@ -1,5 +1,5 @@
-"""Task success per family and domain, valid-call rate and turns per episode of toolscale eval dirs, over the
-first N tasks of each run (the order `toolorchestra eval --per-subtask` evaluates them in), as Markdown.
+"""Task success per family, valid-call rate and turns per episode of toolscale eval dirs, over the first N
+tasks of each run (in domain, then family order), as Markdown; then task success per domain.
 
     python scripts/toolscale_table.py 10 out/toolscale/untrained out/toolscale/sft out/toolscale/grpo
 """
@@ -21,7 +21,7 @@ def episodes(run: Path, limit: int) -> list[dict]:
 def _task_rank(trajectory: dict) -> tuple[int, str]:
     # Tasks were evaluated in the split's domain order with one per family; ids carry domain and family.
     domain, family, number = trajectory["task_id"].rsplit("-", 2)
-    families = ("lookup", "single_write", "multi_write", "refusal", "error_first")
+    families = ("lookup", "single_write", "multi_write", "refusal", "error_first", "action_write", "action_refusal")
     domains = ("bank", "basketball", "ecommerce", "medicine", "movie", "railway", "restaurant", "school", "travel",
                "weather")
     return (domains.index(domain) * 10 + (families.index(family) if family in families else 9), number)
@@ -61,7 +61,21 @@ def main(argv: list[str]) -> int:
     print("|" + " --- |" * (len(columns) + 1))
     for name, row in rows.items():
         print(f"| {name} | " + " | ".join(row.get(column, "") for column in columns) + " |")
+    print()
+    by_domain = {Path(run).name: per_domain(episodes(Path(run), limit)) for run in argv[1:]}
+    domains = list(dict.fromkeys(key for row in by_domain.values() for key in row))
+    print("| run | " + " | ".join(domains) + " |")
+    print("|" + " --- |" * (len(domains) + 1))
+    for name, row in by_domain.items():
+        print(f"| {name} | " + " | ".join(row.get(domain, "") for domain in domains) + " |")
     return 0
+
+
+def per_domain(trajectories: list[dict]) -> dict[str, str]:
+    solved: dict[str, list[bool]] = defaultdict(list)
+    for trajectory in trajectories:
+        solved[trajectory["task_id"].rsplit("-", 2)[0]].append(bool(trajectory["correct"]))
+    return {domain: f"{sum(oks)}/{len(oks)}" for domain, oks in solved.items()}
 
 
 if __name__ == "__main__":
