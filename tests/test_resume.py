@@ -81,3 +81,16 @@ def test_kill_9_and_resume_matches_a_straight_run(tmp_path, shared_data) -> None
         assert torch.equal(final_straight[name], final_resumed[name]), name
     assert metrics(straight) == metrics(killed)
     assert [record.get("step") for record in metrics(killed)] == [None, 1, 2, 3, 4]  # the SFT record, then steps
+
+
+def test_progress_goes_to_a_log_file_line_by_line(tmp_path, shared_data) -> None:
+    # stdout is a pipe here, as under nohup or SLURM: every SFT step and training step must be a line
+    config = write_config(tmp_path, save_tiny_policy(tmp_path / "tiny"))
+    command = [sys.executable, "-c", "from toolorchestra.cli.main import main; main()", "train", "--config",
+               str(config), "--run-dir", str(tmp_path / "run"), "--steps", "1"]
+    env = {**os.environ, "TOOLORCHESTRA_DATA": str(REPO / ".." / "shared" / "data")}
+    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert any(line.startswith("train 0/1: SFT warm start 2/2 loss ") for line in lines), done.stdout
+    assert any(line.startswith("train 1/1: reward ") and "s/step" in line for line in lines), done.stdout

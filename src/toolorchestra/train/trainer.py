@@ -329,18 +329,26 @@ class Trainer:
                    TextColumn("{task.fields[status]}")]
         with Progress(*columns, disable=not show_progress) as progress:
             bar = progress.add_task("train", total=total, completed=self.global_step, status="")
+            # Redirected to a file (nohup, SLURM) the bar draws nothing until the end: write each status as a line.
+            as_lines = show_progress and not progress.console.is_terminal
+
+            def show(status: str, **fields: Any) -> None:
+                progress.update(bar, status=status, **fields)
+                if as_lines:
+                    progress.console.print(f"train {self.global_step}/{total}: {status}", highlight=False)
+
             if self.global_step == 0 and self.config.sft.steps > 0:
-                progress.update(bar, status="SFT warm start: building examples")
-                self.warm_start(lambda step, loss: progress.update(
-                    bar, status=f"SFT warm start {step}/{self.config.sft.steps} loss {loss:.3f}"))
+                show("SFT warm start: building examples")
+                self.warm_start(lambda step, loss: show(f"SFT warm start {step}/{self.config.sft.steps} "
+                                                        f"loss {loss:.3f}"))
                 if total == 0:
                     self.save()  # SFT only: its weights as checkpoint step_0
             while self.global_step < total:
                 metrics = self.step()
                 history.append(metrics)
-                progress.update(bar, completed=self.global_step, status=(
-                    f"reward {metrics['reward/mean']:.3f} acc {metrics['accuracy']:.2f} "
-                    f"valid {metrics['valid_frac']:.2f} {metrics['step_time_s']:.0f}s/step"))
+                show(f"reward {metrics['reward/mean']:.3f} acc {metrics['accuracy']:.2f} "
+                     f"valid {metrics['valid_frac']:.2f} {metrics['step_time_s']:.0f}s/step",
+                     completed=self.global_step)
                 if self.global_step % self.config.trainer.save_freq == 0 or self.global_step == total:
                     self.save()
         self.close()
