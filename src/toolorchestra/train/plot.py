@@ -1,6 +1,9 @@
 """Plot a training run's curves from its metrics.jsonl.
 
-Run: python -m toolorchestra.train.plot RUN_DIR OUT.png
+Run: python -m toolorchestra.train.plot RUN_DIR [RUN_DIR ...] OUT.png
+
+Several run dirs are drawn in one figure, one line each (e.g. an SFT-only run and the GRPO run started from
+it); a run with an SFT warm start adds a first panel with its loss per SFT step.
 """
 
 from __future__ import annotations
@@ -26,29 +29,55 @@ def read_steps(run_dir: Path) -> list[dict]:
     return records
 
 
-def plot(run_dir: Path, out: Path) -> None:
+def read_sft_losses(run_dir: Path) -> list[float]:
+    """The SFT loss per step from the warm start's record (empty without one)."""
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if record.get("stage") == "sft":
+            return [float(loss) for loss in record.get("sft_losses", [])]
+    return []
+
+
+def plot(run_dirs: list[Path], out: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    records = read_steps(run_dir)
-    if not records:
-        raise SystemExit(f"{run_dir / 'metrics.jsonl'}: no step records to plot")
-    steps = [record["step"] for record in records]
-    figure, axes = plt.subplots(1, len(PANELS), figsize=(4 * len(PANELS), 3.2))
+    runs = {run_dir.name: (read_sft_losses(run_dir), read_steps(run_dir)) for run_dir in run_dirs}
+    if not any(losses or records for losses, records in runs.values()):
+        raise SystemExit(f"{', '.join(str(d / 'metrics.jsonl') for d in run_dirs)}: no SFT or step records to plot")
+    with_sft = any(losses for losses, _ in runs.values())
+    panels = len(PANELS) + with_sft
+    figure, axes = plt.subplots(1, panels, figsize=(4 * panels, 3.2))
+    if with_sft:
+        sft_axis, axes = axes[0], axes[1:]
+        for name, (losses, _) in runs.items():
+            if losses:
+                sft_axis.plot(range(1, len(losses) + 1), losses, label=name)
+        sft_axis.set_title("SFT loss (policy tokens)", fontsize=10)
+        sft_axis.set_xlabel("SFT step")
+        sft_axis.grid(alpha=0.3)
     for axis, (key, title) in zip(axes, PANELS):
-        axis.plot(steps, [record.get(key, float("nan")) for record in records], marker="o")
+        for name, (_, records) in runs.items():
+            if records:
+                axis.plot([record["step"] for record in records], [record.get(key, float("nan")) for record in records],
+                          marker="o", label=name)
         axis.set_title(title, fontsize=10)
         axis.set_xlabel("GRPO step")
         axis.grid(alpha=0.3)
-    figure.suptitle(f"{run_dir.name}", fontsize=11)
+    if len(runs) > 1:
+        figure.legend(*figure.axes[0].get_legend_handles_labels(), loc="lower right", fontsize=8)
+    figure.suptitle(" + ".join(runs), fontsize=11)
     figure.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(out, dpi=110)
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
-        raise SystemExit("usage: python -m toolorchestra.train.plot RUN_DIR OUT.png")
-    plot(Path(sys.argv[1]), Path(sys.argv[2]))
+    if len(sys.argv) < 3:
+        raise SystemExit("usage: python -m toolorchestra.train.plot RUN_DIR [RUN_DIR ...] OUT.png")
+    plot([Path(arg) for arg in sys.argv[1:-1]], Path(sys.argv[-1]))
