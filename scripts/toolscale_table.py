@@ -55,20 +55,19 @@ def main(argv: list[str]) -> int:
         print(__doc__.strip(), file=sys.stderr)
         return 2
     limit = int(argv[0])
-    rows = {Path(run).name: summary(episodes(Path(run), limit)) for run in argv[1:]}
+    runs = {Path(run).name: episodes(Path(run), limit) for run in argv[1:]}
+    print_table({name: summary(trajectories) for name, trajectories in runs.items()})
+    print()
+    print_table({name: per_domain(trajectories) for name, trajectories in runs.items()})
+    return 0
+
+
+def print_table(rows: dict[str, dict[str, str]]) -> None:
     columns = list(dict.fromkeys(key for row in rows.values() for key in row))
     print("| run | " + " | ".join(columns) + " |")
     print("|" + " --- |" * (len(columns) + 1))
     for name, row in rows.items():
         print(f"| {name} | " + " | ".join(row.get(column, "") for column in columns) + " |")
-    print()
-    by_domain = {Path(run).name: per_domain(episodes(Path(run), limit)) for run in argv[1:]}
-    domains = list(dict.fromkeys(key for row in by_domain.values() for key in row))
-    print("| run | " + " | ".join(domains) + " |")
-    print("|" + " --- |" * (len(domains) + 1))
-    for name, row in by_domain.items():
-        print(f"| {name} | " + " | ".join(row.get(domain, "") for domain in domains) + " |")
-    return 0
 
 
 def per_domain(trajectories: list[dict]) -> dict[str, str]:
