@@ -48,6 +48,7 @@ def plot(run_dirs: list[Path], out: Path) -> None:
     import matplotlib.pyplot as plt
 
     runs = {run_dir.name: (read_sft_losses(run_dir), read_steps(run_dir)) for run_dir in run_dirs}
+    colors = {name: f"C{index}" for index, name in enumerate(runs)}  # one color per run in every panel
     if not any(losses or records for losses, records in runs.values()):
         raise SystemExit(f"{', '.join(str(d / 'metrics.jsonl') for d in run_dirs)}: no SFT or step records to plot")
     with_sft = any(losses for losses, _ in runs.values())
@@ -57,7 +58,7 @@ def plot(run_dirs: list[Path], out: Path) -> None:
         sft_axis, axes = axes[0], axes[1:]
         for name, (losses, _) in runs.items():
             if losses:
-                sft_axis.plot(range(1, len(losses) + 1), losses, label=name)
+                sft_axis.plot(range(1, len(losses) + 1), losses, label=name, color=colors[name])
         sft_axis.set_title("SFT loss (policy tokens)", fontsize=10)
         sft_axis.set_xlabel("SFT step")
         sft_axis.grid(alpha=0.3)
@@ -65,12 +66,13 @@ def plot(run_dirs: list[Path], out: Path) -> None:
         for name, (_, records) in runs.items():
             if records:
                 axis.plot([record["step"] for record in records], [record.get(key, float("nan")) for record in records],
-                          marker="o", label=name)
+                          marker="o", label=name, color=colors[name])
         axis.set_title(title, fontsize=10)
         axis.set_xlabel("GRPO step")
         axis.grid(alpha=0.3)
     if len(runs) > 1:
-        figure.legend(*figure.axes[0].get_legend_handles_labels(), loc="lower right", fontsize=8)
+        handles = {label: handle for axis in figure.axes for handle, label in zip(*axis.get_legend_handles_labels())}
+        figure.legend(list(handles.values()), list(handles), loc="lower right", fontsize=8)
     figure.suptitle(" + ".join(runs), fontsize=11)
     figure.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
