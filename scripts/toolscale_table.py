@@ -1,5 +1,8 @@
 """Task success per family, valid-call rate and turns per episode of toolscale eval dirs, over the first N
-tasks of each run (in domain, then family order), as Markdown; then task success per domain.
+tasks of each run (in domain, then family order), as Markdown; then task success per domain; then, over
+the tasks with gold actions, how often the first tool call was the gold one (its tool; its tool and
+arguments), which tells a wrong plan from a wrong final answer. That table loads the tasks from
+TOOLSCALE_DATA (default ../shared/data).
 
     python scripts/toolscale_table.py 10 out/toolscale/untrained out/toolscale/sft out/toolscale/grpo
 """
@@ -7,6 +10,7 @@ tasks of each run (in domain, then family order), as Markdown; then task success
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -59,6 +63,9 @@ def main(argv: list[str]) -> int:
     print_table({name: summary(trajectories) for name, trajectories in runs.items()})
     print()
     print_table({name: per_domain(trajectories) for name, trajectories in runs.items()})
+    print()
+    gold = gold_first_actions(Path(os.environ.get("TOOLSCALE_DATA", "../shared/data")))
+    print_table({name: first_calls(trajectories, gold) for name, trajectories in runs.items()})
     return 0
 
 
@@ -75,6 +82,29 @@ def per_domain(trajectories: list[dict]) -> dict[str, str]:
     for trajectory in trajectories:
         solved[trajectory["task_id"].rsplit("-", 2)[0]].append(bool(trajectory["correct"]))
     return {domain: f"{sum(oks)}/{len(oks)}" for domain, oks in solved.items()}
+
+
+def gold_first_actions(data_dir: Path) -> dict[str, dict]:
+    """Task id -> its first gold action, for every test task that has one (refusals have none)."""
+    from toolorchestra.envs.toolscale.environment import ToolScaleEnv
+
+    return {task.id: task.meta["gold_actions"][0] for task in ToolScaleEnv(data_dir).tasks("test")
+            if task.meta.get("gold_actions")}
+
+
+def first_calls(trajectories: list[dict], gold: dict[str, dict]) -> dict[str, str]:
+    tool = exact = total = 0
+    for trajectory in trajectories:
+        wanted = gold.get(trajectory["task_id"])
+        if wanted is None:
+            continue
+        total += 1
+        first = next((step for step in trajectory["steps"] if step["kind"] != "orchestrator"), None)
+        if first is not None and first["name"] == wanted["name"]:
+            tool += 1
+            exact += first["arguments"] == wanted["arguments"]
+    return {"tasks with gold actions": str(total), "first call's tool = gold": f"{tool}/{total}",
+            "first call = gold (tool and arguments)": f"{exact}/{total}"}
 
 
 if __name__ == "__main__":
