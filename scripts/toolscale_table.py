@@ -15,6 +15,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+from toolorchestra.errors import UserError
+
 
 def episodes(run: Path, limit: int) -> list[dict]:
     order = [json.loads(line) for line in (run / "trajectories.jsonl").read_text().splitlines() if line.strip()]
@@ -64,7 +66,11 @@ def main(argv: list[str]) -> int:
     print()
     print_table({name: per_domain(trajectories) for name, trajectories in runs.items()})
     print()
-    gold = gold_first_actions(Path(os.environ.get("TOOLSCALE_DATA", "../shared/data")))
+    try:
+        gold = gold_first_actions(Path(os.environ.get("TOOLSCALE_DATA", "../shared/data")))
+    except UserError as error:
+        print(f"no first-call table: {error} (set TOOLSCALE_DATA to the folder holding toolscale/)", file=sys.stderr)
+        return 1
     print_table({name: first_calls(trajectories, gold) for name, trajectories in runs.items()})
     return 0
 
@@ -85,7 +91,7 @@ def per_domain(trajectories: list[dict]) -> dict[str, str]:
 
 
 def gold_first_actions(data_dir: Path) -> dict[str, dict]:
-    """Task id -> its first gold action, for every test task that has one (refusals have none)."""
+    """Task id -> its first gold action, for every test task that has one (a refusal's are the lookups before it)."""
     from toolorchestra.envs.toolscale.environment import ToolScaleEnv
 
     return {task.id: task.meta["gold_actions"][0] for task in ToolScaleEnv(data_dir).tasks("test")
