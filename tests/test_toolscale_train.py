@@ -205,3 +205,33 @@ def test_by_subtask_sample_gives_rare_families_an_equal_share() -> None:
     # all 3 multi-step writes (the family runs out), then the other two share the rest equally
     assert counts == {"bank/multi_write": 3, "bank/refusal": 6, "bank/lookup": 6}
     assert len(sample_by_subtask(tasks, 100, random.Random(0))) == 100
+
+
+def test_gold_answer_names_the_field_each_fact_was_read_from(bank) -> None:
+    from toolorchestra.envs.toolscale.tasks import execute
+
+    tasks = [task for task in bank.tasks("train") if task.meta["family"] in ("lookup", "error_first")][:20]
+    assert {task.meta["family"] for task in tasks} >= {"lookup"}
+    for task in tasks:
+        [path], [fact] = task.meta["fact_paths"], task.meta["required_facts"]
+        assert gold_answer(task) == f"{path}: {fact}"
+        # the field's last key appears in the gold tool output, next to the value the answer copies
+        outputs = "\n".join(result.output for result in execute(bank.domains["bank"], task.meta["gold_actions"])[0])
+        assert f'"{path.split(".")[-1]}": ' in outputs
+    writes = [task for task in bank.tasks("train") if task.meta["family"] == "single_write"][:3]
+    assert all(gold_answer(task) == "Done." for task in writes)
+
+
+def test_bfloat16_compute_dtype_gives_the_float32_logprobs_closely(tmp_path, bank, smollm2_tokenizer) -> None:
+    from toolorchestra.train.sft import _pad
+
+    trainer = _trainer(tmp_path / "run", smollm2_tokenizer, bank, sft={"max_tasks": 2})
+    ids, attention, mask = _pad(build_gold_examples(trainer)[:2], trainer.rollout.pad_id, trainer.policy.device)
+    values = {}
+    for dtype in ("float32", "bfloat16"):
+        trainer.config.model.compute_dtype = dtype
+        logprobs, _ = trainer._logprobs(ids, attention, mask, 1.0)
+        assert logprobs.dtype == torch.float32  # the loss itself stays in float32
+        values[dtype] = (logprobs * mask).sum() / mask.sum()
+    assert abs(float(values["float32"]) - float(values["bfloat16"])) < 0.05 * abs(float(values["float32"]))
+    assert float(values["float32"]) != float(values["bfloat16"])  # autocast did run the matmuls in bfloat16

@@ -285,14 +285,18 @@ class Trainer:
     def _logprobs(self, ids: Any, attention: Any, mask: Any, temperature: float,
                   with_entropy: bool = False) -> tuple[Any, Any]:
         """Per-token log-probs of the policy tokens, over a shared prompt prefix run once when
-        actor.stop_gradient_prefix is set (train/prefix.py)."""
-        if self.config.actor.stop_gradient_prefix:
-            from toolorchestra.train.prefix import prefix_token_logprobs
+        actor.stop_gradient_prefix is set (train/prefix.py), with the matmuls in model.compute_dtype."""
+        import torch
 
-            return prefix_token_logprobs(self.policy, ids, attention, mask, temperature, with_entropy)
-        from toolorchestra.train.grpo import token_logprobs
+        bfloat16 = self.config.model.compute_dtype == "bfloat16"
+        with torch.autocast(device_type=self.policy.device.type, dtype=torch.bfloat16, enabled=bfloat16):
+            if self.config.actor.stop_gradient_prefix:
+                from toolorchestra.train.prefix import prefix_token_logprobs
 
-        return token_logprobs(self.policy, ids, attention, temperature, with_entropy=with_entropy, mask=mask)
+                return prefix_token_logprobs(self.policy, ids, attention, mask, temperature, with_entropy)
+            from toolorchestra.train.grpo import token_logprobs
+
+            return token_logprobs(self.policy, ids, attention, temperature, with_entropy=with_entropy, mask=mask)
 
     def _reference_passes(self, batch: dict[str, Any], temperature: float,
                           record_old: bool) -> tuple[Any, Any, float]:

@@ -61,6 +61,7 @@ class Draft:
     prompt: str
     actions: list[dict[str, Any]]
     facts: list[str] = field(default_factory=list)
+    fact_paths: list[str] = field(default_factory=list)  # where each fact sits in its record ("address.city")
     forbidden: list[dict[str, Any]] = field(default_factory=list)  # {"name", "argument", "value"}
     error_first: bool = False
     refused: list[dict[str, Any]] = field(default_factory=list)  # calls the policy forbids: they must fail
@@ -90,9 +91,14 @@ REFUSAL_ANSWER = "I cannot help with that."
 
 
 def gold_answer(task: Task) -> str:
-    """The reply that ends a gold episode: the facts the task requires, "Done." after writes, else a
-    refusal (the gold agent, the SFT targets and the tests all use this one text)."""
+    """The reply that ends a gold episode: the facts the task requires, each after the record field it was
+    read from ("address.city: Karachi": the field name, copied from the question, points at the value in the
+    tool output), "Done." after writes, else a refusal (the gold agent, the SFT targets and the tests all use
+    this one text)."""
     facts = [str(fact) for fact in task.meta.get("required_facts") or []]
+    paths = task.meta.get("fact_paths") or []
+    if facts and len(paths) == len(facts):
+        return "; ".join(f"{path}: {fact}" for path, fact in zip(paths, facts))
     if facts:
         return "Done. " + "; ".join(facts)
     return "Done." if task.meta.get("writes") else REFUSAL_ANSWER
@@ -171,7 +177,7 @@ class Generator:
         arg = key_argument(shape)
         return [Draft("lookup", self.owner_of(shape, key, record),
                       f"What is the {humanize(path)} of {shape.singular} {key}? ({arg} {key})",
-                      [action(f"get_{shape.singular}", **{arg: key})], [fact_text(value)])
+                      [action(f"get_{shape.singular}", **{arg: key})], [fact_text(value)], [path])
                 for path, value in self.lookup_fields(shape, record)]
 
     def single_writes(self, shape: CollectionShape, key: str, record: dict[str, Any],
@@ -219,7 +225,7 @@ class Generator:
                                     f"What is my {humanize(path)}?",
                                     [action(f"get_{shape.singular}", **{arg: wrong}), authenticate,
                                      action(f"get_{shape.singular}", **{arg: key})], [fact_text(value)],
-                                    error_first=True))
+                                    [path], error_first=True))
         return drafts
 
     def refusals(self, shape: CollectionShape, key: str, email: str, authenticate: dict[str, Any]) -> list[Draft]:
@@ -331,6 +337,8 @@ def generate_tasks(domain: Domain, seed: int = 0) -> list[Task]:
             meta={"domain": domain.name, "family": draft.family, "owner": draft.owner,
                   "gold_actions": draft.actions, "expected_hash": expected, "required_facts": draft.facts,
                   "forbidden_actions": draft.forbidden, "writes": draft.family in WRITE_FAMILIES}))
+        if draft.fact_paths:
+            tasks[-1].meta["fact_paths"] = draft.fact_paths
         if draft.refused:  # the forbidden request itself, shown to fail by the verification
             tasks[-1].meta["refused_actions"] = draft.refused
     return tasks
