@@ -36,7 +36,7 @@ class FakeTaskBackend(Backend):
         self.calls = 0
 
     async def complete(self, messages, tools=None, *, max_tokens=512, temperature=0.0, top_p=1.0, seed=None):
-        from toolorchestra.agent.loop import current_task
+        from toolorchestra.envs.base import current_task
 
         self.calls += 1
         task = current_task.get()
@@ -177,7 +177,7 @@ def test_escalation_targets_need_recorded_outcomes() -> None:
 
 # --- tools: consult without a question, adopt without a second call --------------------------------------
 def run_tools(env: FakeEscalationEnv, task: Task, calls: list[ToolCall]) -> tuple[list[Any], list[dict]]:
-    from toolorchestra.agent.loop import current_task
+    from toolorchestra.envs.base import current_task
 
     tools = {tool.name: tool for tool in env.tools_for(task)}
     messages: list[dict[str, Any]] = []

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from toolorchestra.agent.loop import current_task
+from toolorchestra.envs.base import current_task
 from toolorchestra.agent.trajectory import Trajectory
 from toolorchestra.backends.base import Completion, Usage
 from toolorchestra.backends.pool import ModelPool, make_backend

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from toolorchestra.agent.loop import current_task
+from toolorchestra.envs.base import current_task
 from toolorchestra.agent.trajectory import read_trajectories
 from toolorchestra.backends.base import Backend, Completion, ToolCall, Usage
 from toolorchestra.bench.eval import EvalRequest, evaluate, run_eval

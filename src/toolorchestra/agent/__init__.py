@@ -4,7 +4,8 @@ Each step (model turn or tool call) goes into a `Trajectory` with its tokens, do
 errors; trajectories are saved as JSONL.
 """
 
-from toolorchestra.agent.loop import Orchestrator, current_task
+from toolorchestra.agent.loop import Orchestrator
+from toolorchestra.envs.base import current_task
 from toolorchestra.agent.preference import Preference
 from toolorchestra.agent.trajectory import Step, Trajectory, read_trajectories, write_trajectory
 

@@ -232,7 +232,7 @@ async def evaluate(env: Env, policies: Sequence[Policy], tasks: Sequence[Task], 
 
 async def run_episode(env: Env, policy: Policy, task: Task) -> Trajectory:
     """One scored episode; a policy that crashes yields an error trajectory, not a failed batch."""
-    from toolorchestra.agent.loop import current_task
+    from toolorchestra.envs.base import current_task
 
     token = current_task.set(task)
     try:

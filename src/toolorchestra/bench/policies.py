@@ -15,7 +15,6 @@ it must score 1.0) and noop (answers at once, without any tool call; a floor).
 
 from __future__ import annotations
 
-import asyncio
 import random
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -23,14 +22,15 @@ from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
+from toolorchestra.agent.engine import assistant_message, run_calls, tool_message, tool_step
 from toolorchestra.agent.preference import Preference
-from toolorchestra.agent.trajectory import Step, Trajectory
+from toolorchestra.agent.trajectory import Trajectory
 from toolorchestra.backends.base import Backend, ToolCall
 from toolorchestra.catalog.schema import Price
 from toolorchestra.envs.base import Env, Task
 from toolorchestra.envs.toolscale.tasks import REFUSAL_ANSWER, gold_answer
 from toolorchestra.errors import UserError
-from toolorchestra.tools.base import Tool, ToolContext, ToolResult
+from toolorchestra.tools.base import Tool, ToolResult
 
 POLICY_FORMS = ("single:MODEL", "random", "cheapest", "per-subtask", "cascade[:LAMBDA]", "router[:THRESHOLD]",
                 "oracle", "orchestrator:MODEL", "gold", "noop")
@@ -89,34 +89,17 @@ class ScriptedEpisode:
         """One turn: run the calls concurrently; the turn lasts as long as its slowest call."""
         tool_calls = [ToolCall(id=f"call_{self.turn}_{index}", name=name, arguments=arguments)
                       for index, (name, arguments) in enumerate(calls)]
-        context = ToolContext(task=self.task, messages=list(self.trajectory.messages))
-        results = list(await asyncio.gather(*(self._run(call, context) for call in tool_calls)))
-        self.trajectory.messages.append(
-            {"role": "assistant", "content": "", "tool_calls": [call.to_openai() for call in tool_calls]})
-        for call, result in zip(tool_calls, results):
-            self.trajectory.steps.append(Step(
-                turn=self.turn, kind="tool", name=call.name, model=result.model, label=result.label,
-                arguments=call.arguments, output=result.observation(), prompt_tokens=result.prompt_tokens,
-                completion_tokens=result.completion_tokens, cost_usd=result.cost_usd, latency_s=result.latency_s,
-                error=result.error,
-            ))
-            self.trajectory.messages.append(
-                {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": result.observation()})
+        results = await run_calls(self.tools, tool_calls, self.task, self.trajectory.messages, wall_clock=False)
+        self.trajectory.messages.append(assistant_message("", tool_calls))
+        for call, result in zip(tool_calls, results, strict=True):
+            self.trajectory.steps.append(tool_step(self.turn, call, result))
+            self.trajectory.messages.append(tool_message(call, result))
             if result.final and self.trajectory.final_answer is None:
                 self.trajectory.final_answer = result.answer
                 self.trajectory.answered_by = result.model
         self.trajectory.latency_s += max(result.latency_s for result in results)
         self.turn += 1
         return results
-
-    async def _run(self, call: ToolCall, context: ToolContext) -> ToolResult:
-        tool = self.tools.get(call.name)
-        if tool is None:
-            return ToolResult(error=f"unknown tool {call.name!r}; available: {sorted(self.tools)}")
-        try:
-            return await tool.run(call.arguments, context)
-        except Exception as exc:  # as in the loop: a tool failure is recorded, not raised
-            return ToolResult(error=f"tool {call.name} failed: {exc.__class__.__name__}: {exc}")
 
     def finish(self) -> Trajectory:
         self.trajectory.stop_reason = "answer" if self.trajectory.final_answer is not None else "error"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +25,11 @@ class Task(BaseModel):
 class Score(BaseModel):
     correct: bool
     details: dict[str, Any] = Field(default_factory=dict)
+
+
+# The task an episode serves, visible to backends that answer per task (the replay worlds). A leaf here, beside
+# Task, so that backends and envs read it without importing the agent.
+current_task: contextvars.ContextVar[Task | None] = contextvars.ContextVar("current_task", default=None)
 
 
 class Env(ABC):

@@ -21,8 +21,12 @@ denominator), as verl's GRPO estimator computes it with torch.std; a group of on
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from toolorchestra.agent.trajectory import Trajectory
 
 StdMode = Literal["group", "batch", "none"]
 
@@ -31,6 +35,17 @@ NEGATED_FEATURES = frozenset({"cost", "latency"})
 
 ADVANTAGE_CLIP = 3.0
 STD_EPS = 1e-6
+
+
+def trajectory_features(trajectory: Trajectory, correct: bool) -> dict[str, float]:
+    """The reward features of one episode, the only place they are built: `accuracy`, `cost` (USD), `latency`
+    (s), and `calls:NAME` for every tool name and every label the episode called."""
+    steps = trajectory.tool_steps
+    calls = Counter(step.name for step in steps)
+    calls.update(step.label for step in steps if step.label)
+    values = {"accuracy": float(correct), "cost": trajectory.cost_usd, "latency": trajectory.latency_s}
+    values.update({f"calls:{name}": float(count) for name, count in calls.items()})
+    return values
 
 
 def group_rewards(

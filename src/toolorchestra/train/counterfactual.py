@@ -30,15 +30,14 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from toolorchestra.agent.loop import _tool_step, current_task
+from toolorchestra.agent.engine import run_calls, try_each
 from toolorchestra.agent.preference import Preference
 from toolorchestra.agent.prompt import initial_messages, task_rules
-from toolorchestra.agent.trajectory import Trajectory
 from toolorchestra.backends.base import ToolCall
 from toolorchestra.backends.toolcalls import render_tool_call
 from toolorchestra.envs.base import Env
-from toolorchestra.reward import batch_advantages, expected_group_rewards, group_rewards, with_cost_floor
-from toolorchestra.tools.base import ToolContext
+from toolorchestra.reward import (
+    batch_advantages, expected_group_rewards, group_rewards, trajectory_features, with_cost_floor)
 from toolorchestra.errors import TrainingError
 from toolorchestra.tools.llm import AnswerTool, ExpertTool
 from toolorchestra.train.escalation import EscalationTargets, History, follow
@@ -87,28 +86,15 @@ async def label_outcomes(env: Env, draw: PromptDraw, cost_floor: float = 0.0,
     if answer is None:
         return None
     labels = list(answer.labels)
-    correct, cost, latency, models, errors, features = [], [], [], [], [], []
-    token = current_task.set(draw.task)
-    try:
-        for label in labels:
-            call = ToolCall(id="call_0", name=answer.name, arguments={"model": label})
-            result = await answer.run(call.arguments, ToolContext(task=draw.task))
-            trajectory = Trajectory(task_id=draw.task.id, question=draw.task.prompt, final_answer=result.answer,
-                                    answered_by=result.model, latency_s=result.latency_s,
-                                    steps=[_tool_step(0, call, result)])
-            ok = bool(env.score(draw.task, trajectory).correct) if result.final else False
-            if result.error:
-                errors.append(result.error)
-            correct.append(ok)
-            cost.append(trajectory.cost_usd)
-            latency.append(trajectory.latency_s)
-            models.append(answer.labels[label])
-            features.append({"accuracy": float(ok), "cost": trajectory.cost_usd, "latency": trajectory.latency_s,
-                             f"calls:{answer.name}": 1.0, f"calls:{label}": 1.0})
-    finally:
-        current_task.reset(token)
+    calls = [ToolCall(id="call_0", name=answer.name, arguments={"model": label}) for label in labels]
+    attempts = await try_each(env, draw.task, {answer.name: answer}, calls)
+    correct = [attempt.correct for attempt in attempts]
+    features = [trajectory_features(attempt.trajectory, attempt.correct) for attempt in attempts]
     rewards = group_rewards(features, correct, with_cost_floor(draw.preference.weights(), cost_floor, cost_scale))
-    return LabelOutcomes(answer.name, labels, models, correct, cost, latency, rewards, errors, features)
+    return LabelOutcomes(answer.name, labels, [answer.labels[label] for label in labels], correct,
+                         [attempt.trajectory.cost_usd for attempt in attempts],
+                         [attempt.trajectory.latency_s for attempt in attempts], rewards,
+                         [attempt.result.error for attempt in attempts if attempt.result.error], features)
 
 
 async def escalation_outcomes(draw: PromptDraw, targets: EscalationTargets, cost_floor: float = 0.0,
@@ -163,7 +149,7 @@ async def escalation_outcomes(draw: PromptDraw, targets: EscalationTargets, cost
 
     async def consulted(history: list[dict[str, Any]], index: int, turn: int) -> list[dict[str, Any]]:
         call = ToolCall(id=f"call_{turn}", name=expert.name, arguments={"model": label_of[model.models[index]]})
-        result = await expert.run(call.arguments, ToolContext(task=draw.task, messages=list(history)))
+        (result,) = await run_calls({expert.name: expert}, [call], draw.task, history, wall_clock=False)
         if result.error:
             raise TrainingError(f"escalation: consulting {call.arguments['model']} on task {draw.task.id} "
                                 f"failed: {result.error}")
@@ -173,22 +159,18 @@ async def escalation_outcomes(draw: PromptDraw, targets: EscalationTargets, cost
 
     history: list[dict[str, Any]] = []
     states = []
-    token = current_task.set(draw.task)
-    try:
-        for turn, (state, action) in enumerate(visited):
-            states.append(state_outcome(state, history, turn))
-            if not action.consult:
-                break
-            history = await consulted(history, action.model, turn)
-        if siblings and model.max_consults > 1:
-            root = model.action_values((), w_cost, w_latency)
-            taken = visited[0][1]
-            others = sorted((act for act in root if act.consult and act != taken
-                             and model.models[act.model] in label_of), key=lambda act: -root[act])
-            for act in others[:siblings]:
-                states.append(state_outcome(((act.model, attempted[act.model]),), await consulted([], act.model, 0), 1))
-    finally:
-        current_task.reset(token)
+    for turn, (state, action) in enumerate(visited):
+        states.append(state_outcome(state, history, turn))
+        if not action.consult:
+            break
+        history = await consulted(history, action.model, turn)
+    if siblings and model.max_consults > 1:
+        root = model.action_values((), w_cost, w_latency)
+        taken = visited[0][1]
+        others = sorted((act for act in root if act.consult and act != taken
+                         and model.models[act.model] in label_of), key=lambda act: -root[act])
+        for act in others[:siblings]:
+            states.append(state_outcome(((act.model, attempted[act.model]),), await consulted([], act.model, 0), 1))
     return states
 
 

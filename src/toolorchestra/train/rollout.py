@@ -6,9 +6,9 @@ chat-template text between turns and the tool outputs are rendered, tokenized on
 with mask 0. Decoded text is only ever parsed, never re-tokenized, so the ids the loss scores are exactly
 the ids that were sampled.
 
-Tool calls run through the env's tools with `current_task` set, and every turn is recorded as the same
-`Step`s the live loop (agent/loop.py) writes, so the trajectory's cost, latency and calls per tool are
-computed the same way and `env.score` sees what it sees in evaluation. Two deliberate differences: the
+Each turn is played by the episode engine (agent/engine.py) that the live loop uses: this engine only
+observes it at the token level (ids, loss masks, KV caches). So the trajectory's cost, latency and calls per
+tool are computed the same way and `env.score` sees what it sees in evaluation. Two deliberate differences: the
 orchestrator's own latency is its latency prior (overhead + tokens / throughput) because batched generation
 has no per-episode wall time, and tools without a model that report no latency count 0 s instead of their
 microseconds of wall time, so that rewards are reproducible (exact resume).
@@ -17,19 +17,18 @@ microseconds of wall time, so that rewards are reproducible (exact resume).
 from __future__ import annotations
 
 import asyncio
-from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from toolorchestra.agent.loop import NO_CALL_HINT, _tool_step, current_task
+from toolorchestra.agent.engine import serving, take_turn
 from toolorchestra.agent.prompt import initial_messages, task_rules
 from toolorchestra.agent.trajectory import Step, Trajectory
-from toolorchestra.backends.base import ToolCall
 from toolorchestra.backends.toolcalls import parse_tool_calls, to_plain_messages
 from toolorchestra.catalog.schema import LatencyPrior, Price
 from toolorchestra.envs.base import Env, Task
-from toolorchestra.tools.base import Tool, ToolContext, ToolResult
+from toolorchestra.tools.base import Tool
+from toolorchestra.reward import trajectory_features
 from toolorchestra.train.config import RolloutConfig
 from toolorchestra.train.sampler import PromptDraw
 
@@ -65,13 +64,8 @@ class Episode:
         return self.trajectory.final_answer is not None and self.trajectory.malformed_calls() == 0
 
     def features(self) -> dict[str, float]:
-        """Reward features: accuracy, cost (USD), latency (s), and `calls:NAME` per tool name and label."""
-        calls = Counter(step.name for step in self.trajectory.tool_steps)
-        calls.update(step.label for step in self.trajectory.tool_steps if step.label)
-        values = {"accuracy": float(self.correct), "cost": self.trajectory.cost_usd,
-                  "latency": self.trajectory.latency_s}
-        values.update({f"calls:{name}": float(count) for name, count in calls.items()})
-        return values
+        """Reward features of the trajectory (toolorchestra.reward.trajectory_features)."""
+        return trajectory_features(self.trajectory, self.correct)
 
 
 def question_text(task: Task, limit: int | None) -> str:
@@ -248,70 +242,27 @@ class RolloutEngine:
         await asyncio.gather(*(self._act(episode, turn, ids) for episode, ids in zip(episodes, generated)))
 
     async def _act(self, episode: Episode, turn: int, ids: list[int]) -> None:
-        """Parse the turn, run its tool calls, record Steps as the live loop does, append the observation."""
-        trajectory = episode.trajectory
+        """Parse the turn and play it through the episode engine; append the observation's ids."""
         body = ids[:-1] if ids and ids[-1] == self.renderer.end_of_turn_id else ids
         text = self.tokenizer.decode(body, skip_special_tokens=True)
         prose, calls, errors = parse_tool_calls(text)
         prompt_tokens = len(episode.token_ids) - len(ids)
-        latency = self.latency.seconds(len(ids))
-        trajectory.steps.append(Step(
-            turn=turn, kind="orchestrator", name=self.model_name, model=self.model_name, output=text,
-            prompt_tokens=prompt_tokens, completion_tokens=len(ids),
-            cost_usd=self.price.cost(prompt_tokens, len(ids)), latency_s=latency,
-            error="; ".join(errors) or None,
-        ))
-        assistant: dict[str, Any] = {"role": "assistant", "content": prose}
-        if calls:
-            assistant["tool_calls"] = [call.to_openai() for call in calls]
-        episode.messages.append(assistant)
-        first_new = len(episode.messages)
-        if not calls:
-            episode.messages.append({"role": "user", "content": "\n".join(errors or [NO_CALL_HINT])})
-            trajectory.latency_s += latency
-        else:
-            results = await self._execute(episode, calls)
-            trajectory.latency_s += latency + max(result.latency_s for result in results)
-            for call, result in zip(calls, results):
-                trajectory.steps.append(_tool_step(turn, call, result))
-                episode.messages.append({"role": "tool", "tool_call_id": call.id, "name": call.name,
-                                         "content": result.observation()})
-                if result.final and trajectory.final_answer is None:
-                    trajectory.final_answer = result.answer
-                    trajectory.answered_by = result.model
-            if errors:
-                episode.messages.append({"role": "user", "content": "\n".join(errors)})
-            if trajectory.final_answer is not None:
-                trajectory.stop_reason = "answer"
-                episode.done = True
-                return
-        next_ids = self.renderer.between_turns_ids(episode.messages[first_new:])
+        step = Step(turn=turn, kind="orchestrator", name=self.model_name, model=self.model_name, output=text,
+                    prompt_tokens=prompt_tokens, completion_tokens=len(ids),
+                    cost_usd=self.price.cost(prompt_tokens, len(ids)), latency_s=self.latency.seconds(len(ids)),
+                    error="; ".join(errors) or None)
+        record = await take_turn(episode.trajectory, episode.tools, episode.draw.task, step, calls, errors,
+                                 prose=prose, wall_clock=False)
+        if episode.trajectory.stop_reason == "answer":
+            episode.done = True
+            return
+        next_ids = self.renderer.between_turns_ids(record.messages)
         episode.token_ids.extend(next_ids)
         episode.loss_mask.extend([0] * len(next_ids))
 
-    async def _execute(self, episode: Episode, calls: list[ToolCall]) -> list[ToolResult]:
-        token = current_task.set(episode.draw.task)
-        try:
-            context = ToolContext(task=episode.draw.task, messages=list(episode.messages))
-            return list(await asyncio.gather(*(self._call(episode, call, context) for call in calls)))
-        finally:
-            current_task.reset(token)
-
-    async def _call(self, episode: Episode, call: ToolCall, context: ToolContext) -> ToolResult:
-        tool = episode.tools.get(call.name)
-        if tool is None:
-            return ToolResult(error=f"unknown tool {call.name!r}; available: {sorted(episode.tools)}")
-        try:
-            return await tool.run(call.arguments, context)
-        except Exception as exc:  # a tool bug is an observation, as in the live loop
-            return ToolResult(error=f"tool {call.name} failed: {exc.__class__.__name__}: {exc}")
-
     def _score(self, episode: Episode) -> None:
-        token = current_task.set(episode.draw.task)
-        try:
+        with serving(episode.draw.task):
             score = self.env.score(episode.draw.task, episode.trajectory)
-        finally:
-            current_task.reset(token)
         episode.correct = bool(score.correct)
         episode.trajectory.correct = episode.correct
         episode.trajectory.score_details.update(score.details)

@@ -16,15 +16,14 @@ import asyncio
 import random
 from typing import TYPE_CHECKING, Any, Callable
 
-from toolorchestra.agent.loop import _tool_step, current_task
+from toolorchestra.agent.engine import take_turn, try_each
 from toolorchestra.agent.prompt import initial_messages, task_rules
-from toolorchestra.agent.trajectory import Trajectory
+from toolorchestra.agent.trajectory import Step, Trajectory
 from toolorchestra.backends.base import ToolCall
 from toolorchestra.backends.toolcalls import render_tool_call
 from toolorchestra.envs.base import Task
 from toolorchestra.errors import TrainingError
-from toolorchestra.reward import group_rewards
-from toolorchestra.tools.base import ToolContext, ToolResult
+from toolorchestra.reward import group_rewards, trajectory_features, with_cost_floor
 from toolorchestra.tools.llm import AnswerTool
 from toolorchestra.train.rollout import question_text
 from toolorchestra.train.sampler import PromptDraw
@@ -120,31 +119,30 @@ def sample_by_subtask(tasks: list[Task], count: int, rng: random.Random) -> list
 
 async def _gold_episode(trainer: "Trainer", draw: PromptDraw, calls: list[ToolCall],
                         errors: list[str] | None) -> Example | None:
+    """Play the gold calls one per turn through the episode engine, rendering each turn as the rollout
+    engine does."""
     renderer = trainer.rollout.renderer
     tools = {tool.name: tool for tool in draw.tools}
     messages = initial_messages(draw.tools, question_text(draw.task, trainer.config.data.max_question_chars),
                                 draw.preference, draw.wording, task_rules(draw.task))
     ids = renderer.prompt_ids(messages, [tool.schema() for tool in draw.tools])
     mask = [0] * len(ids)
-    token = current_task.set(draw.task)
-    try:
-        for call in calls:
-            turn = renderer.encode(render_tool_call(call)) + [renderer.end_of_turn_id]
-            ids, mask = ids + turn, mask + [1] * len(turn)
-            tool = tools.get(call.name)
-            result = await tool.run(call.arguments, ToolContext(task=draw.task)) if tool is not None else \
-                ToolResult(error=f"unknown tool {call.name!r}")
-            if result.error and call.name == "answer" or tool is None:
-                if errors is not None:
-                    errors.append(f"{draw.task.id}: {call.name}: {result.error}")
-                return None
-            if result.final:
-                return ids, mask
-            between = renderer.between_turns_ids([{"role": "tool", "tool_call_id": call.id, "name": call.name,
-                                                   "content": result.observation()}])
-            ids, mask = ids + between, mask + [0] * len(between)
-    finally:
-        current_task.reset(token)
+    trajectory = Trajectory(task_id=draw.task.id, messages=messages)
+    for turn, call in enumerate(calls):
+        text = render_tool_call(call)
+        policy_ids = renderer.encode(text) + [renderer.end_of_turn_id]
+        ids, mask = ids + policy_ids, mask + [1] * len(policy_ids)
+        step = Step(turn=turn, kind="orchestrator", name="gold", output=text)
+        record = await take_turn(trajectory, tools, draw.task, step, [call], [], prose="", wall_clock=False)
+        result = record.results[0]
+        if call.name not in tools or result.error and call.name == "answer":
+            if errors is not None:
+                errors.append(f"{draw.task.id}: {call.name}: {result.error}")
+            return None
+        if result.final:
+            return ids, mask
+        between = renderer.between_turns_ids(record.messages)
+        ids, mask = ids + between, mask + [0] * len(between)
     if errors is not None:
         errors.append(f"{draw.task.id}: the gold episode never reached the answer tool")
     return None
@@ -154,32 +152,18 @@ async def _best_answer_call(trainer: "Trainer", draw: PromptDraw, errors: list[s
     answer = next((tool for tool in draw.tools if isinstance(tool, AnswerTool) and tool.labels), None)
     if answer is None:
         return None
-    calls, trajectories = [], []
-    token = current_task.set(draw.task)
-    try:
-        for label in answer.labels:
-            call = ToolCall(id="call_0", name=answer.name, arguments={"model": label})
-            try:
-                result = await answer.run(call.arguments, ToolContext(task=draw.task))
-            except Exception as exc:  # worded as the loop words a tool that raised
-                result = ToolResult(error=f"tool {answer.name} failed: {exc.__class__.__name__}: {exc}")
-            if result.error and errors is not None:
-                errors.append(result.error)
-            trajectory = Trajectory(task_id=draw.task.id, question=draw.task.prompt, final_answer=result.answer,
-                                    answered_by=result.model, latency_s=result.latency_s,
-                                    steps=[_tool_step(0, call, result)])
-            trajectory.correct = trainer.env.score(draw.task, trajectory).correct if result.final else False
-            calls.append(call)
-            trajectories.append(trajectory)
-    finally:
-        current_task.reset(token)
-    correct = [bool(t.correct) for t in trajectories]
+    calls = [ToolCall(id="call_0", name=answer.name, arguments={"model": label}) for label in answer.labels]
+    attempts = await try_each(trainer.env, draw.task, {answer.name: answer}, calls)
+    if errors is not None:
+        errors.extend(attempt.result.error for attempt in attempts if attempt.result.error)
+    correct = [attempt.correct for attempt in attempts]
     if not any(correct):
         return None
-    features = [{"accuracy": float(ok), "cost": t.cost_usd, "latency": t.latency_s,
-                 **{f"calls:{s.label}": 1.0 for s in t.tool_steps if s.label},
-                 f"calls:{answer.name}": 1.0} for ok, t in zip(correct, trajectories)]
-    rewards = group_rewards(features, correct, draw.preference.weights())
+    features = [trajectory_features(attempt.trajectory, attempt.correct) for attempt in attempts]
+    algorithm = trainer.config.algorithm
+    # The RL stage's cost floor applies here too, so the warm start teaches the labels GRPO will reward.
+    weights = with_cost_floor(draw.preference.weights(), algorithm.cost_floor, algorithm.cost_scale)
+    rewards = group_rewards(features, correct, weights)
     right = [index for index in range(len(calls)) if correct[index]]
     top = max(rewards[index] for index in right)
     tied = [index for index in right if rewards[index] >= top - 1e-12]

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from toolorchestra.backends.base import Backend, Completion, Message, Usage
 from toolorchestra.backends.pool import ModelPool
 from toolorchestra.catalog.schema import LatencyPrior, ModelSpec, Price
-from toolorchestra.envs.base import Env, Score, Task
+from toolorchestra.envs.base import Env, Score, Task, current_task
 from toolorchestra.envs.replay.judge import strip_special_tokens
 from toolorchestra.envs.replay.tokens import count_tokens
 from toolorchestra.errors import BackendError, UserError
@@ -80,8 +80,6 @@ class ReplayBackend(Backend):
     async def complete(self, messages: list[Message], tools: list[dict[str, Any]] | None = None, *,
                        max_tokens: int = 512, temperature: float = 0.0, top_p: float = 1.0,
                        seed: int | None = None) -> Completion:
-        from toolorchestra.agent.loop import current_task
-
         current = current_task.get()
         if current is None:
             raise BackendError(f"replay model {self.model!r} answers only inside an episode (no current task)")

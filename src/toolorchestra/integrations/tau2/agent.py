@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Coroutine, Optional, TypeVar
 
+from toolorchestra.agent.engine import run_calls, tool_message, tool_step
 from toolorchestra.agent.preference import Preference
 from toolorchestra.agent.prompt import price_table, wording_for
 from toolorchestra.agent.trajectory import Step
@@ -317,26 +317,13 @@ class OrchestratorAgent(LocalAgent[OrchestratorAgentState]):
         """Run the turn's expert calls concurrently; their proposals become tool results in the context.
         Returns the turn's expert wall time (the slowest call)."""
         calls = [self._unique_id(call) for call in calls]
-        context = ToolContext(task=NO_TASK, messages=list(state.conversation))
-        results = await asyncio.gather(*(self._timed_run(call, context) for call in calls))
+        results = await run_calls({CALL_EXPERT: self.expert}, calls, NO_TASK, state.conversation)
         state.context.append({"role": "assistant", "content": "", "tool_calls": [call.to_openai() for call in calls]})
         turn = steps[-1].turn
-        for call, result in zip(calls, results):
-            state.context.append({"role": "tool", "tool_call_id": call.id, "name": CALL_EXPERT,
-                                  "content": result.observation()})
-            steps.append(Step.model_construct(
-                turn=turn, kind="tool", name=CALL_EXPERT, model=result.model, label=result.label,
-                arguments=call.arguments, output=result.observation(), prompt_tokens=result.prompt_tokens,
-                completion_tokens=result.completion_tokens, cost_usd=result.cost_usd, latency_s=result.latency_s,
-                error=result.error))
+        for call, result in zip(calls, results, strict=True):
+            state.context.append(tool_message(call, result))
+            steps.append(tool_step(turn, call, result))
         return max(result.latency_s for result in results)
-
-    async def _timed_run(self, call: ToolCall, context: ToolContext) -> ToolResult:
-        started = time.perf_counter()
-        result = await self.expert.run(call.arguments, context)
-        if result.latency_s == 0.0:  # an argument error or a failed call: its wall time is what it cost
-            result.latency_s = time.perf_counter() - started
-        return result
 
     def _nothing_usable(self, completion: Completion) -> str:
         problems = list(completion.call_errors)
