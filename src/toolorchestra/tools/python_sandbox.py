@@ -166,7 +166,7 @@ class PythonTool(Tool):
             return code
         remove_stale_runs()
         cgroup = make_memory_cgroup(self.limits.memory_mb)
-        oom_kills = 0
+        oom_kills, peak = 0, ""
         try:
             with tempfile.TemporaryDirectory(prefix=f"{RUN_PREFIX}{os.getpid()}-",
                                              ignore_cleanup_errors=True) as workdir:
@@ -174,7 +174,11 @@ class PythonTool(Tool):
         finally:
             if cgroup:
                 oom_kills = cgroup_oom_kills(cgroup_oom_file(cgroup))
+                peak = _read_text(os.path.join(cgroup["path"], "memory.peak" if cgroup["version"] == "v2"
+                                               else "memory.max_usage_in_bytes")).strip()
                 await remove_cgroup(cgroup["path"])
+        if cgroup and peak.isdigit():  # the kernel's count: every page charged to the call, tmpfs included
+            execution.report["cgroup_peak_mb"] = round(int(peak) / 2**20, 1)
         if cgroup and oom_kills and "memory_exceeded" not in execution.report:
             # Fallback mode has no watching init: the kernel killed a process at the cgroup's limit.
             execution.report["memory_exceeded"] = "the kernel's OOM killer fired in the call's memory cgroup"
@@ -260,7 +264,7 @@ class PythonTool(Tool):
             "truncated": truncated, "stdout_bytes": execution.stdout.total, "stderr_bytes": execution.stderr.total,
             "sandbox": report.get("layers", {}),
         }
-        for key in ("uid", "cpu_s", "max_rss_mb", "peak_memory_mb", "memory_exceeded", "namespace_error",
+        for key in ("uid", "cpu_s", "max_rss_mb", "peak_memory_mb", "cgroup_peak_mb", "memory_exceeded", "namespace_error",
                     "setup_error", "cgroup_error", "seccomp"):
             if key in report:
                 meta[key] = report[key]
