@@ -187,10 +187,10 @@ async def test_a_world_writable_host_unix_socket_is_unreachable(isolation):
         listeners[1].bind(abstract)
         for listener in listeners:
             listener.listen()
-        code = ("import socket\nfor address in (%r, %r):\n    try:\n"
+        code = (f"import socket\nfor address in ({str(path)!r}, {abstract!r}):\n    try:\n"
                 "        s = socket.socket(socket.AF_UNIX)\n        s.connect(address)\n"
                 "        print('CONNECTED', repr(address))\n    except OSError as exc:\n"
-                "        print('refused:', exc)\n" % (str(path), abstract))
+                "        print('refused:', exc)\n")
         result = await run(PythonTool(isolation=isolation), code)
         assert "CONNECTED" not in result.output
         assert result.output.count("refused:") == 2
@@ -217,7 +217,7 @@ async def test_socketpair_still_works_for_multiprocessing_pipes():
 
 
 def _marker_bytes(text: str, stream: str) -> int:
-    match = re.search(r"\[\.\.\. (\d+) bytes of %s cut \.\.\.\]" % stream, text)
+    match = re.search(r"\[\.\.\. (\d+) bytes of " + stream + r" cut \.\.\.\]", text)
     assert match, text
     return int(match.group(1))
 

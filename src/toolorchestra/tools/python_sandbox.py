@@ -245,7 +245,8 @@ class PythonTool(Tool):
     def _launcher_config(self, workdir: str, status_fd: int, cgroup: dict[str, str] | None) -> dict[str, Any]:
         limits = self.limits
         return {
-            "mode": self.isolation, "cgroup": cgroup, "workdir": workdir, "python": sys.executable, "launcher": str(LAUNCHER),
+            "mode": self.isolation, "cgroup": cgroup, "workdir": workdir, "python": sys.executable,
+            "launcher": str(LAUNCHER),
             "status_fd": status_fd, "home": os.path.expanduser("~"), "needed_paths": interpreter_paths(),
             "watchdog_s": math.ceil(limits.timeout_s) + WATCHDOG_GRACE_S,
             "limits": {"cpu_s": math.ceil(limits.cpu_s), "memory_mb": limits.memory_mb,
@@ -264,8 +265,8 @@ class PythonTool(Tool):
             "truncated": truncated, "stdout_bytes": execution.stdout.total, "stderr_bytes": execution.stderr.total,
             "sandbox": report.get("layers", {}),
         }
-        for key in ("uid", "cpu_s", "max_rss_mb", "peak_memory_mb", "cgroup_peak_mb", "memory_exceeded", "namespace_error",
-                    "setup_error", "cgroup_error", "seccomp"):
+        for key in ("uid", "cpu_s", "max_rss_mb", "peak_memory_mb", "cgroup_peak_mb", "memory_exceeded",
+                    "namespace_error", "setup_error", "cgroup_error", "seccomp"):
             if key in report:
                 meta[key] = report[key]
         if "namespace_error" in report and self.isolation == "auto":
