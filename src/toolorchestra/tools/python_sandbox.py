@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import math
 import os
 import re
+import shutil
 import signal
 import sys
 import sysconfig
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -26,7 +29,9 @@ from typing import Any
 
 from toolorchestra.errors import ConfigError
 from toolorchestra.tools.base import Tool, ToolContext, ToolResult
-from toolorchestra.tools.sandbox_launcher import LAUNCHER_STUB
+from toolorchestra.tools.sandbox_launcher import LAUNCHER_STUB, cgroup_oom_kills
+
+log = logging.getLogger(__name__)
 
 LAUNCHER = Path(__file__).with_name("sandbox_launcher.py")
 ISOLATION_MODES = ("auto", "namespaces", "fallback")
@@ -40,6 +45,10 @@ WATCHDOG_GRACE_S = 5
 # Room kept for the truncation markers and the stderr header, so truncated output stays within the limit.
 MARKER_ROOM = 120
 MIN_OUTPUT_CHARS = 200
+# Working dirs and memory cgroups are named after the tool's pid, so that a later tool can tell which were left
+# behind by a tool that was killed (kill -9 leaves them) and remove those.
+RUN_PREFIX = "toolorchestra-py-"
+STALE_NAME = re.compile(re.escape(RUN_PREFIX) + r"(\d+)-")
 
 
 @dataclass(frozen=True)
@@ -86,12 +95,30 @@ class Capture:
         if chunk:
             self.tail = (self.tail + chunk)[-self.keep:]
 
-    def text(self) -> tuple[str, int]:
-        """The kept text and how many bytes were dropped between head and tail."""
-        dropped = self.total - len(self.head) - len(self.tail)
-        middle = f"\n[... {dropped} bytes not kept ...]\n" if dropped else ""
-        decode = (lambda data: data.decode("utf-8", errors="replace"))
-        return decode(bytes(self.head)) + middle + decode(bytes(self.tail)), dropped
+    @property
+    def dropped(self) -> int:
+        """Bytes seen but not kept (between head and tail)."""
+        return self.total - len(self.head) - len(self.tail)
+
+    def start(self) -> str:
+        """The beginning of the stream as kept: all of it when nothing was dropped. Undecodable bytes become
+        lone surrogates, one per byte, so that a prefix of the text maps back to an exact byte count."""
+        data = bytes(self.head) + (bytes(self.tail) if not self.dropped else b"")
+        return data.decode("utf-8", errors="surrogateescape")
+
+    def end(self) -> str:
+        """The end of the stream as kept: all of it when nothing was dropped (see start)."""
+        data = (bytes(self.head) if not self.dropped else b"") + bytes(self.tail)
+        return data.decode("utf-8", errors="surrogateescape")
+
+
+def _byte_length(text: str) -> int:
+    return len(text.encode("utf-8", errors="surrogateescape"))
+
+
+def _printable(text: str) -> str:
+    """Lone surrogates (undecodable bytes) shown as U+FFFD."""
+    return text.encode("utf-8", errors="surrogateescape").decode("utf-8", errors="replace")
 
 
 @dataclass
@@ -137,8 +164,24 @@ class PythonTool(Tool):
         code = self._code_argument(arguments)
         if isinstance(code, ToolResult):
             return code
-        with tempfile.TemporaryDirectory(prefix="toolorchestra-py-", ignore_cleanup_errors=True) as workdir:
-            execution = await self._execute(code, workdir)
+        remove_stale_runs()
+        cgroup = make_memory_cgroup(self.limits.memory_mb)
+        oom_kills, peak = 0, ""
+        try:
+            with tempfile.TemporaryDirectory(prefix=f"{RUN_PREFIX}{os.getpid()}-",
+                                             ignore_cleanup_errors=True) as workdir:
+                execution = await self._execute(code, workdir, cgroup)
+        finally:
+            if cgroup:
+                oom_kills = cgroup_oom_kills(cgroup_oom_file(cgroup))
+                peak = _read_text(os.path.join(cgroup["path"], "memory.peak" if cgroup["version"] == "v2"
+                                               else "memory.max_usage_in_bytes")).strip()
+                await remove_cgroup(cgroup["path"])
+        if cgroup and peak.isdigit():  # the kernel's count: every page charged to the call, tmpfs included
+            execution.report["cgroup_peak_mb"] = round(int(peak) / 2**20, 1)
+        if cgroup and oom_kills and "memory_exceeded" not in execution.report:
+            # Fallback mode has no watching init: the kernel killed a process at the cgroup's limit.
+            execution.report["memory_exceeded"] = "the kernel's OOM killer fired in the call's memory cgroup"
         return self._result(execution)
 
     def _code_argument(self, arguments: Any) -> str | ToolResult:
@@ -156,7 +199,7 @@ class PythonTool(Tool):
 
     # ------------------------------------------------------------------------------------------- running
 
-    async def _execute(self, code: str, workdir: str) -> Execution:
+    async def _execute(self, code: str, workdir: str, cgroup: dict[str, str] | None) -> Execution:
         keep = self.limits.max_output_chars * BYTES_PER_CHAR
         execution = Execution(stdout=Capture(keep), stderr=Capture(keep))
         status_read, status_write = os.pipe()
@@ -164,7 +207,7 @@ class PythonTool(Tool):
         try:
             process = await asyncio.create_subprocess_exec(
                 sys.executable, "-I", "-S", "-c", LAUNCHER_STUB, str(LAUNCHER.parent),
-                json.dumps(self._launcher_config(workdir, status_write)),
+                json.dumps(self._launcher_config(workdir, status_write, cgroup)),
                 stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
                 env=sandbox_environment(workdir), start_new_session=True, pass_fds=(status_write,),
             )
@@ -199,10 +242,11 @@ class PythonTool(Tool):
                 reader.cancel()
         execution.returncode = process.returncode
 
-    def _launcher_config(self, workdir: str, status_fd: int) -> dict[str, Any]:
+    def _launcher_config(self, workdir: str, status_fd: int, cgroup: dict[str, str] | None) -> dict[str, Any]:
         limits = self.limits
         return {
-            "mode": self.isolation, "workdir": workdir, "python": sys.executable, "launcher": str(LAUNCHER),
+            "mode": self.isolation, "cgroup": cgroup, "workdir": workdir, "python": sys.executable,
+            "launcher": str(LAUNCHER),
             "status_fd": status_fd, "home": os.path.expanduser("~"), "needed_paths": interpreter_paths(),
             "watchdog_s": math.ceil(limits.timeout_s) + WATCHDOG_GRACE_S,
             "limits": {"cpu_s": math.ceil(limits.cpu_s), "memory_mb": limits.memory_mb,
@@ -221,14 +265,26 @@ class PythonTool(Tool):
             "truncated": truncated, "stdout_bytes": execution.stdout.total, "stderr_bytes": execution.stderr.total,
             "sandbox": report.get("layers", {}),
         }
-        for key in ("uid", "cpu_s", "max_rss_mb", "namespace_error", "setup_error"):
+        for key in ("uid", "cpu_s", "max_rss_mb", "peak_memory_mb", "cgroup_peak_mb", "memory_exceeded",
+                    "namespace_error", "setup_error", "cgroup_error", "seccomp"):
             if key in report:
                 meta[key] = report[key]
+        if "namespace_error" in report and self.isolation == "auto":
+            meta["isolation_warning"] = self._warn_fallback(report["namespace_error"])
         problems = self._problems(execution, exit_code, signal_number)
         error = None
         if problems:
             error = "; ".join(problems) + (f"\n{output}" if output else "")
         return ToolResult(output=output, error=error, latency_s=round(execution.wall_s, 4), meta=meta)
+
+    def _warn_fallback(self, reason: str) -> str:
+        """isolation 'auto' without namespaces: say so loudly, once per tool, and in every result's meta."""
+        message = (f"python tool {self.name!r}: isolation 'auto' fell back from namespaces to the fallback "
+                   f"(audit hook, not a security boundary) because unshare() was refused: {reason}")
+        if not getattr(self, "_warned_fallback", False):
+            log.warning(message)
+            self._warned_fallback = True
+        return message
 
     def _problems(self, execution: Execution, exit_code: int | None, signal_number: int | None) -> list[str]:
         """What went wrong, in words the orchestrator can act on; empty for a run that ended by itself."""
@@ -236,6 +292,10 @@ class PythonTool(Tool):
         if "setup_error" in execution.report:
             return [f"sandbox setup failed: {execution.report['setup_error']}"]
         problems = []
+        if "memory_exceeded" in execution.report:
+            return [f"memory limit exceeded: all processes of this call together may use memory_mb="
+                    f"{limits.memory_mb} MB, and {execution.report['memory_exceeded']}; every process of the "
+                    f"call was killed"]
         if execution.timed_out:
             problems.append(f"wall-clock timeout: killed after {limits.timeout_s:g} s")
         elif signal_number == signal.SIGXCPU or (signal_number == signal.SIGKILL and
@@ -245,7 +305,7 @@ class PythonTool(Tool):
         elif signal_number is not None:
             problems.append(f"killed by signal {_signal_name(signal_number)}")
         if exit_code != 0 or execution.timed_out:
-            stderr_text, _ = execution.stderr.text()
+            stderr_text = execution.stderr.end()
             problems += [describe.format(**vars(limits)) for pattern, describe in VIOLATION_PATTERNS
                          if pattern.search(stderr_text)]
         return problems
@@ -261,6 +321,8 @@ VIOLATION_PATTERNS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"Network is unreachable|sandbox: network access is disabled|Temporary failure in name "
                 r"resolution|gaierror|\[Errno 99\] Cannot assign requested address"),
      "network access is disabled in the sandbox"),
+    (re.compile(r"\[Errno 97\] Address family not supported"),
+     "Unix sockets are disabled in the sandbox (socketpair() works)"),
     (re.compile(r"Read-only file system|Permission denied|sandbox: writing outside|sandbox: reading other"),
      "permission refused by the sandbox (it may write only in its working directory)"),
     (re.compile(r"sandbox: starting or signalling processes is disabled"),
@@ -290,20 +352,21 @@ def _signal_name(number: int | None) -> str:
 
 def combine_output(stdout: Capture, stderr: Capture, limit: int) -> tuple[str, bool]:
     """stdout then stderr in at most `limit` characters, markers included: stdout keeps its head, stderr its
-    tail (where the exception is). Returns (text, whether anything was cut)."""
-    out_text, out_dropped = stdout.text()
-    err_text, err_dropped = stderr.text()
-    if not (out_dropped or err_dropped) and len(_join_streams(out_text, err_text)) <= limit:
-        return _join_streams(out_text, err_text), False
+    tail (where the exception is). A marker counts the bytes of that stream that are not shown, whether the
+    capture dropped them while reading or they were cut here. Returns (text, whether anything was cut)."""
+    out_text, err_text = stdout.start(), stderr.end()
+    if not (stdout.dropped or stderr.dropped) and len(_join_streams(out_text, err_text)) <= limit:
+        return _printable(_join_streams(out_text, err_text)), False
     budget = limit - MARKER_ROOM
     err_budget = min(len(err_text), max(budget // 2, budget - len(out_text)))
     out_budget = budget - err_budget
-    if len(out_text) > out_budget:
-        out_text = out_text[:out_budget] + f"\n[... {len(out_text) - out_budget} characters of stdout cut ...]\n"
-    if len(err_text) > err_budget:
-        cut = len(err_text) - err_budget
-        err_text = f"[... {cut} characters of stderr cut ...]\n" + err_text[cut:]
-    return _join_streams(out_text, err_text), True
+    if stdout.dropped or len(out_text) > out_budget:
+        out_text = out_text[:out_budget]
+        out_text += f"\n[... {stdout.total - _byte_length(out_text)} bytes of stdout cut ...]\n"
+    if stderr.dropped or len(err_text) > err_budget:
+        err_text = err_text[len(err_text) - err_budget:] if err_budget else ""
+        err_text = f"[... {stderr.total - _byte_length(err_text)} bytes of stderr cut ...]\n" + err_text
+    return _printable(_join_streams(out_text, err_text)), True
 
 
 def _join_streams(out_text: str, err_text: str) -> str:
@@ -393,3 +456,129 @@ def read_status(fd: int) -> dict[str, Any]:
         if isinstance(fields, dict):
             report.update(fields)
     return report
+
+
+# ------------------------------------------------------------------------------- memory cgroup and leftovers
+
+
+@cache
+def memory_cgroup_parent() -> tuple[str, str] | None:
+    """(version, directory) where this process may make a memory cgroup per call, or None.
+
+    cgroup v2: our own cgroup, if the memory controller is enabled for its children and we may write there
+    (a delegated subtree). cgroup v1: our own cgroup in the memory hierarchy, if we may write there (root, or
+    a delegated one). Elsewhere the namespace init's watch is the only bound on the call as a whole.
+    """
+    try:
+        own = Path("/proc/self/cgroup").read_text().splitlines()
+        mounts = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return None
+    for line in mounts:
+        fields = line.split(" - ")
+        if len(fields) != 2:
+            continue
+        mount_point = fields[0].split()[4]
+        fstype, _, options = fields[1].split()[:3]
+        for entry in own:
+            parts = entry.split(":", 2)
+            if len(parts) != 3:
+                continue
+            hierarchy, controllers, path = parts
+            if fstype == "cgroup2" and hierarchy == "0" and not controllers:
+                directory = os.path.join(mount_point, path.lstrip("/"))
+                enabled = _read_text(os.path.join(directory, "cgroup.subtree_control")).split()
+                if "memory" in enabled and os.access(directory, os.W_OK):
+                    return "v2", directory
+            elif fstype == "cgroup" and "memory" in options.split(",") and "memory" in controllers.split(","):
+                for directory in (os.path.join(mount_point, path.lstrip("/")), mount_point):
+                    if os.path.isfile(os.path.join(directory, "memory.limit_in_bytes")) and \
+                            os.access(directory, os.W_OK):
+                        return "v1", directory
+    return None
+
+
+def _read_text(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return ""
+
+
+def make_memory_cgroup(memory_mb: int) -> dict[str, str] | None:
+    """A memory cgroup for one call, limited to memory_mb for all its processes together (memory and swap),
+    or None where none can be made. The launcher moves itself into it before starting anything."""
+    parent = memory_cgroup_parent()
+    if parent is None:
+        return None
+    version, directory = parent
+    path = os.path.join(directory, f"{RUN_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}")
+    limit = str(memory_mb * 1024 * 1024)
+    settings = ([("memory.max", limit), ("memory.swap.max", "0"), ("memory.oom.group", "1")] if version == "v2"
+                else [("memory.limit_in_bytes", limit), ("memory.memsw.limit_in_bytes", limit)])
+    try:
+        os.mkdir(path)
+    except OSError as exc:
+        log.debug("no memory cgroup for the python tool (%s); the namespace init's watch bounds the call", exc)
+        return None
+    for index, (name, value) in enumerate(settings):
+        try:
+            Path(path, name).write_text(value)
+        except OSError as exc:
+            if index == 0:  # without the limit itself the cgroup is of no use
+                log.debug("cannot limit memory cgroup %s: %s", path, exc)
+                os.rmdir(path)
+                return None  # the others (no swap accounting, no group kill) are optional
+    return {"version": version, "path": path}
+
+
+def cgroup_oom_file(cgroup: dict[str, str]) -> str:
+    return os.path.join(cgroup["path"], "memory.events" if cgroup["version"] == "v2" else "memory.oom_control")
+
+
+async def remove_cgroup(path: str) -> None:
+    """rmdir the call's cgroup once its last process is gone (a killed namespace may take a moment)."""
+    for _ in range(50):
+        try:
+            os.rmdir(path)
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            await asyncio.sleep(0.02)
+    log.warning("could not remove the python tool's memory cgroup %s; a later run removes it", path)
+
+
+def remove_stale_runs() -> None:
+    """Remove working dirs (and memory cgroups) left by a tool whose process is gone, e.g. killed with -9."""
+    places = [tempfile.gettempdir()]
+    parent = memory_cgroup_parent()
+    if parent is not None:
+        places.append(parent[1])
+    for place in places:
+        try:
+            names = os.listdir(place)
+        except OSError:
+            continue
+        for name in names:
+            match = STALE_NAME.match(name)
+            if match is None or _process_alive(int(match.group(1))):
+                continue
+            path = os.path.join(place, name)
+            if place == tempfile.gettempdir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                try:
+                    os.rmdir(path)  # refused while a process is still in it
+                except OSError:
+                    pass
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process
+    return True

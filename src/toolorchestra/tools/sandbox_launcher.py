@@ -12,10 +12,14 @@ namespaces  unshare() new mount, net, pid, ipc and uts namespaces (plus a user n
             tmpfs with only the interpreter's own paths bound back. The code runs as pid 2 under a tiny init
             (pid 1): when the code's main process exits or the init is killed, the kernel kills every process
             left in the namespace. As root the code runs under a dedicated uid (so RLIMIT_NPROC applies to it,
-            which it never does to root) with no capabilities and no_new_privs.
-fallback    when unshare() is refused: rlimits as above, plus an audit hook installed before the user code that
-            refuses sockets, process creation, ctypes and writes outside the working dir. A best-effort guard
-            against accidents, not a security boundary (see docs/sandbox.md).
+            which it never does to root) with no capabilities and no_new_privs. A seccomp filter refuses
+            AF_UNIX sockets (a host socket reachable by path) and io_uring. The init also watches memory: the
+            call's processes together may hold at most memory_mb (summed resident anonymous memory, and the
+            call's memory cgroup where the tool could make one); over it, the init kills them all.
+fallback    when unshare() is refused: rlimits as above, the memory cgroup if any, the seccomp filter, plus an
+            audit hook installed before the user code that refuses sockets, process creation, ctypes and writes
+            outside the working dir. A best-effort guard against accidents, not a security boundary (see
+            docs/sandbox.md). It never runs the code as root: as root it drops to a dedicated uid or refuses.
 
 With `--guard WORKDIR` instead of the config, the same module is the fallback's wrapper of the user code.
 """
@@ -55,7 +59,22 @@ MS_REC = 0x4000
 MS_PRIVATE = 0x40000
 
 PR_SET_PDEATHSIG = 1
+PR_SET_SECCOMP = 22
 PR_SET_NO_NEW_PRIVS = 38
+SECCOMP_MODE_FILTER = 2
+
+# seccomp: (audit arch, socket(2) number) of the architectures we know; io_uring's three calls are numbered the
+# same everywhere (it could open and connect a socket without passing through socket(2)).
+SECCOMP_ARCHES = {"x86_64": (0xC000003E, 41), "aarch64": (0xC00000B7, 198)}
+IO_URING_CALLS = (425, 426, 427)
+X32_SYSCALL_BIT = 0x40000000
+AF_UNIX = 1
+EAFNOSUPPORT = 97
+ENOSYS = 38
+
+# How often the namespace init checks the call's memory. A fast allocator can overshoot by what it touches in
+# this time; the memory cgroup (where there is one) is the hard bound, this is the bound everywhere else.
+MEMORY_POLL_S = 0.02
 
 # mount_setattr(2) has the same number on every architecture that postdates the syscall table unification.
 SYS_MOUNT_SETATTR = 442
@@ -158,12 +177,14 @@ def main(args: list[str]) -> int:
 
     config = json.loads(args[0])
     status = Status(int(config["status_fd"]))
+    if config.get("cgroup"):
+        _join_cgroup(config["cgroup"], status)
     code = sys.stdin.buffer.read()
     _stdin_from_devnull()
     os.umask(0o022)
     try:
         if config["mode"] != "fallback":
-            identity = _enter_namespaces(status)
+            identity = _enter_namespaces(config, status)
             if identity is not None:
                 return _supervise(config, identity, code, status)
             if config["mode"] == "namespaces":
@@ -172,6 +193,14 @@ def main(args: list[str]) -> int:
     except SetupError as exc:
         status.send(setup_error=str(exc))
     return SETUP_FAILED_EXIT
+
+
+def _join_cgroup(cgroup: dict[str, str], status: Status) -> None:
+    """Move this launcher into the call's memory cgroup (made by the tool): every process it starts is in it."""
+    try:
+        _write_file(os.path.join(cgroup["path"], "cgroup.procs"), str(os.getpid()))
+    except OSError as exc:  # the watch in the namespace init still bounds the call
+        status.send(cgroup_error=f"joining {cgroup['path']}: {exc}")
 
 
 def _stdin_from_devnull() -> None:
@@ -193,12 +222,13 @@ def _run_child(body: Callable[[], None], status: Status) -> NoReturn:
 # ------------------------------------------------------------------------------------------------ namespaces
 
 
-def _enter_namespaces(status: Status) -> str | None:
+def _enter_namespaces(config: dict[str, Any], status: Status) -> str | None:
     """'root' or 'userns' when the namespaces were entered; None (with the reason reported) when refused."""
     if os.geteuid() == 0:
         try:
             unshare(NAMESPACES)
         except OSError as exc:
+            config["namespace_error"] = str(exc)
             status.send(namespace_error=str(exc))
             return None
         return "root"
@@ -206,6 +236,7 @@ def _enter_namespaces(status: Status) -> str | None:
     try:
         unshare(CLONE_NEWUSER | NAMESPACES)
     except OSError as exc:
+        config["namespace_error"] = str(exc)
         status.send(namespace_error=str(exc))
         return None
     try:  # map our own ids only: inside, the code is the same unprivileged user and loses all caps at exec
@@ -240,16 +271,25 @@ def _supervise(config: dict[str, Any], identity: str, code: bytes, status: Statu
 
 
 def _namespace_init(config: dict[str, Any], identity: str, host_pid: int, code: bytes, status: Status) -> None:
-    """pid 1 of the new pid namespace: build the filesystem, run the code as pid 2, report how it ended."""
+    """pid 1 of the new pid namespace: build the filesystem, run the code as pid 2, watch the memory of all the
+    call's processes, report how it ended."""
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    watch = MemoryWatch(int(config["limits"]["memory_mb"]), config.get("cgroup"))
     layers = _setup_filesystem(config, identity)
+    layers["memory"] = watch.layer
+    # SIGCHLD stays blocked here so the init can sleep in sigtimedwait and wake at once when a child ends;
+    # the code's process unblocks it before exec.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
     user_pid = os.fork()
     if user_pid == 0:
         _run_child(lambda: _exec_user_code(config, identity, host_pid, code, status, fallback=False), status)
-    wait_status = _reap_until(user_pid)
+    wait_status, over = _reap_and_watch(user_pid, watch)
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     ended: dict[str, Any] = {"cpu_s": round(usage.ru_utime + usage.ru_stime, 3),
-                             "max_rss_mb": round(usage.ru_maxrss / 1024, 1), "layers": layers}
+                             "max_rss_mb": round(usage.ru_maxrss / 1024, 1), "layers": layers,
+                             "peak_memory_mb": round(watch.peak / 2**20, 1)}
+    if over:
+        ended["memory_exceeded"] = over
     if os.WIFSIGNALED(wait_status):
         status.send(signal=os.WTERMSIG(wait_status), **ended)
     else:
@@ -257,12 +297,97 @@ def _namespace_init(config: dict[str, Any], identity: str, host_pid: int, code: 
     # Returning kills whatever the code left running: the kernel ends a pid namespace with its init.
 
 
-def _reap_until(user_pid: int) -> int:
-    """As pid 1 we inherit every orphan: reap them all until the code's main process is the one that ended."""
+def _reap_and_watch(user_pid: int, watch: MemoryWatch) -> tuple[int, str | None]:
+    """As pid 1 we inherit every orphan: reap them all until the code's main process ends. Between reaps,
+    check the call's memory; over the limit, SIGKILL every process of the namespace (kill(-1) from its init)."""
+    over: str | None = None
     while True:
-        pid, wait_status = os.wait()
-        if pid == user_pid:
-            return wait_status
+        while True:
+            pid, wait_status = os.waitpid(-1, os.WNOHANG)
+            if pid == 0:
+                break
+            if pid == user_pid:
+                return wait_status, over
+        if over is None:
+            over = watch.exceeded()
+            if over is not None:
+                os.kill(-1, signal.SIGKILL)
+                continue
+        signal.sigtimedwait({signal.SIGCHLD}, MEMORY_POLL_S)
+
+
+class MemoryWatch:
+    """The memory of all the call's processes together against one limit: the summed resident anonymous memory
+    of every process in the pid namespace (our /proc shows only those), and the kernel's OOM count of the
+    call's memory cgroup where there is one (its limit is the hard bound; this catches its OOM kills)."""
+
+    def __init__(self, memory_mb: int, cgroup: dict[str, str] | None) -> None:
+        self.limit = memory_mb * 2**20
+        self.peak = 0
+        self.oom_file: str | None = None
+        self.layer = "rss-watch"
+        if cgroup:
+            name = "memory.events" if cgroup["version"] == "v2" else "memory.oom_control"
+            self.oom_file = os.path.join(cgroup["path"], name)
+            self.layer = f"cgroup-{cgroup['version']}+rss-watch"
+
+    def exceeded(self) -> str | None:
+        total = sum(_anon_rss(pid) for pid in _namespace_pids())
+        self.peak = max(self.peak, total)
+        if total > self.limit:
+            return f"the call's processes together held {total // 2**20} MB"
+        if self.oom_file and cgroup_oom_kills(self.oom_file):
+            return "the kernel's OOM killer fired in the call's memory cgroup"
+        return None
+
+
+def cgroup_oom_kills(path: str) -> int:
+    """The oom_kill count of a memory cgroup (memory.events in v2, memory.oom_control in v1); 0 if unreadable."""
+    try:
+        with open(path) as handle:
+            for line in handle:
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    return int(value)
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def _namespace_pids() -> list[int]:
+    """Every process of this pid namespace but its init, from /proc: ours when it is private, else (a host
+    /proc) the tree below this process, where every orphan of the namespace lands too."""
+    if os.readlink("/proc/self") == "1":
+        return [int(entry) for entry in os.listdir("/proc") if entry.isdigit() and entry != "1"]
+    found, frontier = [], [os.getpid()]
+    while frontier:
+        pid = frontier.pop()
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{task}/children") as handle:
+                    below = [int(child) for child in handle.read().split()]
+            except OSError:
+                continue
+            found += below
+            frontier += below
+    return found
+
+
+def _anon_rss(pid: int) -> int:
+    """Resident anonymous memory of one process in bytes (0 if it is gone). Pages shared after a fork count
+    once per process: an overestimate, which errs on the host's side."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as handle:
+            for line in handle:
+                if line.startswith(b"RssAnon:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
 
 
 def _setup_filesystem(config: dict[str, Any], identity: str) -> dict[str, str]:
@@ -352,11 +477,13 @@ def _exec_user_code(config: dict[str, Any], identity: str | None, host_pid: int,
     """Limits, identity, then exec the interpreter on main.py in the working dir. identity 'root' drops to a
     dedicated uid; otherwise the code keeps the launcher's uid (in a user namespace, without capabilities)."""
     workdir = config["workdir"]
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())  # the init's blocked SIGCHLD is not the code's business
     _set_limits(config["limits"])
     if identity == "root":
         uid = _become_sandbox_user(workdir, host_pid)
         status.send(uid=uid)
     prctl(PR_SET_NO_NEW_PRIVS, 1)  # no setuid binary or file capability can raise privileges again
+    status.send(seccomp=install_seccomp_filter())
     os.chdir(workdir)
     with open("main.py", "wb") as script:
         script.write(code)
@@ -366,6 +493,53 @@ def _exec_user_code(config: dict[str, Any], identity: str | None, host_pid: int,
     else:
         argv = [python, "-I", "main.py"]
     os.execve(python, argv, dict(os.environ))
+
+
+def install_seccomp_filter() -> str:
+    """Refuse socket(AF_UNIX, ...) with EAFNOSUPPORT, and io_uring and foreign-ABI system calls with ENOSYS, for this
+    process and all it starts. The network namespace does not cover a Unix socket reached by a filesystem path
+    (a host daemon's socket in /tmp or /run); without AF_UNIX sockets nothing can connect to one.
+    socketpair() stays allowed (multiprocessing's pipes use it). Returns the layer's name for the report."""
+    import ctypes
+
+    known = SECCOMP_ARCHES.get(os.uname().machine)
+    if known is None:
+        return "none (unknown architecture)"
+    arch, socket_nr = known
+    allow, refuse_unix, no_such_call = 0x7FFF0000, 0x00050000 | EAFNOSUPPORT, 0x00050000 | ENOSYS
+    load, jump_eq, jump_ge, ret = 0x20, 0x15, 0x35, 0x06
+    # (code, jump if true, jump if false, k); jumps count instructions skipped after this one.
+    program = [
+        (load, 0, 0, 4),                          # 0: arch
+        (jump_eq, 1, 0, arch),                    # 1: native ABI? go on : refuse
+        (ret, 0, 0, no_such_call),                # 2
+        (load, 0, 0, 0),                          # 3: syscall number
+        (jump_ge, 5, 0, X32_SYSCALL_BIT),         # 4: x32 ABI -> refuse (10)
+        (jump_eq, 4, 0, IO_URING_CALLS[0]),       # 5
+        (jump_eq, 3, 0, IO_URING_CALLS[1]),       # 6
+        (jump_eq, 2, 0, IO_URING_CALLS[2]),       # 7
+        (jump_eq, 2, 0, socket_nr),               # 8: socket() -> 11, else allow (9)
+        (ret, 0, 0, allow),                       # 9
+        (ret, 0, 0, no_such_call),                # 10
+        (load, 0, 0, 16),                         # 11: low half of args[0], the address family
+        (jump_eq, 0, 1, AF_UNIX),                 # 12
+        (ret, 0, 0, refuse_unix),                 # 13
+        (ret, 0, 0, allow),                       # 14
+    ]
+
+    class SockFilter(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8),
+                    ("k", ctypes.c_uint32)]
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_uint16), ("filter", ctypes.POINTER(SockFilter))]
+
+    filters = (SockFilter * len(program))(*[SockFilter(*instruction) for instruction in program])
+    fprog = SockFprog(len(program), filters)
+    result = _libc().prctl(ctypes.c_int(PR_SET_SECCOMP), ctypes.c_ulong(SECCOMP_MODE_FILTER), ctypes.byref(fprog),
+                           ctypes.c_ulong(0), ctypes.c_ulong(0))
+    _check(result, "seccomp filter")
+    return "no-unix-sockets,no-io-uring"
 
 
 def _set_limits(limits: dict[str, Any]) -> None:
@@ -402,12 +576,31 @@ def _become_sandbox_user(workdir: str, host_pid: int) -> int:
 
 
 def _exec_fallback(config: dict[str, Any], code: bytes, status: Status) -> NoReturn:
-    """No namespaces: rlimits, a dedicated uid where the interpreter is usable by one, and the audit-hook guard."""
-    drop_uid = os.geteuid() == 0 and all(_open_to_others(path) for path in config["needed_paths"])
-    status.send(layers={"isolation": "fallback", "network": "audit-hook",
-                        "filesystem": "uid+audit-hook" if drop_uid else "audit-hook",
-                        "processes": "audit-hook", "kill": "process-group"})
-    _exec_user_code(config, "root" if drop_uid else None, os.getpid(), code, status, fallback=True)
+    """No namespaces: rlimits, the audit-hook guard, and never root: as root, a dedicated uid, which must be able
+    to use the interpreter; where it cannot, the run is refused rather than run as root."""
+    as_root = os.geteuid() == 0
+    if as_root:
+        closed = [path for path in config["needed_paths"] if not _open_to_others(path)]
+        if closed:
+            raise SetupError(fallback_refusal(config["python"], closed[0], config.get("namespace_error")))
+    cgroup = config.get("cgroup")
+    status.send(layers={"isolation": "fallback", "network": "audit-hook+seccomp",
+                        "filesystem": "uid+audit-hook" if as_root else "audit-hook",
+                        "processes": "audit-hook", "kill": "process-group",
+                        "memory": f"cgroup-{cgroup['version']}+rlimit-as" if cgroup else "rlimit-as"})
+    _exec_user_code(config, "root" if as_root else None, os.getpid(), code, status, fallback=True)
+
+
+def fallback_refusal(python: str, closed: str, namespace_error: str | None) -> str:
+    why = f" (unshare() was refused: {namespace_error})" if namespace_error else ""
+    return (f"refusing to run the code as root: the fallback isolation{why} drops root to an unprivileged uid, "
+            f"but that uid cannot use the interpreter {python} because {closed} (or a directory above it) is "
+            f"closed to other users. Get namespaces instead (isolation 'auto' or 'namespaces': root may call "
+            f"unshare() unless a container's seccomp profile forbids it, e.g. run the container with "
+            f"--security-opt seccomp=unconfined or --privileged; a normal user needs unprivileged user "
+            f"namespaces, sysctl kernel.unprivileged_userns_clone=1 / user.max_user_namespaces > 0), or run "
+            f"the tool with a Python installed where other users can read it (e.g. /usr or /opt), or as a "
+            f"non-root user")
 
 
 def _open_to_others(path: str) -> bool:
