@@ -16,36 +16,11 @@ rule (a model may be consulted after an answer that attempted), the variant the 
 from __future__ import annotations
 
 import argparse
-from collections import Counter
-from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
 from toolorchestra.envs.registry import make_env
-from toolorchestra.train.escalation import EscalationModel, attempted, fit_from_rows, follow
-
-
-def outcome_rows(env: Any, tasks: Sequence[Any]) -> list[dict[str, dict[str, float]]]:
-    return [{model: {"right": float(env.record(task.id, model).correct), "attempted": float(attempted(env, task, model)),
-                     "cost": env.call_cost(task, model), "latency": env.call_latency(task, model)}
-             for model in env.models()} for task in tasks]
-
-
-def play(model: EscalationModel, rows: Sequence[dict[str, dict[str, float]]], w_cost: float
-         ) -> tuple[int, float, Counter[str]]:
-    """Right answers, dollars and paths of the model's best actions on `rows`."""
-    right, dollars, paths = 0, 0.0, Counter()
-    for row in rows:
-        flags = [bool(row[name]["attempted"]) for name in model.models]
-        visited, final = follow(model, flags, w_cost)
-        consulted = [action.model for _, action in visited if action.consult]
-        dollars += sum(row[model.models[index]]["cost"] for index in consulted)
-        if final.model not in consulted:
-            dollars += row[model.models[final.model]]["cost"]
-        right += int(row[model.models[final.model]]["right"])
-        paths[" > ".join(model.models[index] for index in consulted) + " | " + model.models[final.model]] += 1
-    return right, dollars, paths
+from toolorchestra.train.escalation import fit_from_rows, outcome_rows, play
 
 
 def main() -> None:
@@ -73,7 +48,7 @@ def main() -> None:
           f"{', unrestricted' if args.unrestricted else ''}")
     for weight in (float(value) for value in args.weights.split(",")):
         right, dollars = 0, 0.0
-        for fold, fit in zip(folds, fits):
+        for fold, fit in zip(folds, fits, strict=True):
             fold_right, fold_dollars, _ = play(fit, [train[i] for i in fold], weight)
             right, dollars = right + fold_right, dollars + fold_dollars
         line = f"w={weight:g}: train (cross-fitted) {right / len(train):.4f} ${dollars:.4f}"

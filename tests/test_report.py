@@ -131,15 +131,16 @@ def test_report_reads_exported_results_synthetic_scripted_orchestrator(runs, pre
     assert "## Preference adherence" in markdown and "| cascade | replay:routerbench / test | 150 |" in markdown
 
 
-def test_committed_router_points_are_read_as_one_sweep_of_their_results_dir():
-    """results/frames/ holds one exported dir per router threshold: the report draws them as one sweep (one
-    line, one legend entry) instead of 13 baselines, and keeps every other policy's kind."""
-    runs = load_runs([REPO / "results" / "frames"])
-    routers = [run for run in runs if run.policy.startswith("router:")]
-    assert len(routers) >= 10 and {run.kind for run in routers} == {"sweep"}
+def test_exported_router_points_are_read_as_one_sweep_of_their_results_dir(runs, tmp_path):
+    """An exported results dir holds one dir per router threshold (results/<world>/router-T/): the report draws
+    them as one sweep (one line, one legend entry) instead of 13 baselines, and keeps every other policy's kind."""
+    export_results([runs / "router", runs / "cascade", runs / "single_gpt-4-1106-preview"], tmp_path / "results")
+    loaded = load_runs([tmp_path / "results" / "routerbench"])
+    routers = [run for run in loaded if run.policy.startswith("router:")]
+    assert len(routers) == 13 and {run.kind for run in routers} == {"sweep"}
     assert len({(run.sweep, run.extra["sweep_key"]) for run in routers}) == 1
-    assert {run.kind for run in runs if run.policy == "cascade"} == {"baseline"}
-    assert {run.kind for run in runs if run.policy.startswith("single:")} == {"single"}
+    assert {run.kind for run in loaded if run.policy == "cascade"} == {"baseline"}
+    assert {run.kind for run in loaded if run.policy.startswith("single:")} == {"single"}
 
 
 def test_report_cli_and_missing_input(runs, tmp_path):

@@ -1,7 +1,7 @@
 """A learned router in the style of RouteLLM: predict from the prompt whether each model will be right.
 
-One logistic regression per model (liblinear) over TF-IDF features of the question (the last block of
-a few-shot prompt, plus a token naming the subtask), trained on the train split's recorded grades.
+One logistic regression per model (liblinear; bench/predictors.py) over TF-IDF features of the question
+(the last block of a few-shot prompt, plus a token naming the subtask), trained on the train split's recorded grades.
 For a task the router picks the model with the best predicted accuracy minus a price term:
 
     argmax_j  p_j(x) - threshold * mean_cost_j / reference_cost
@@ -14,22 +14,20 @@ the router's accuracy-vs-cost curve (RouteLLM sweeps its strong/weak threshold t
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
+from toolorchestra.bench.predictors import TfidfCorrectness, router_text
 from toolorchestra.envs.base import Task
+
+__all__ = ["SWEEP", "CorrectnessRouter", "router_text"]
 
 SWEEP = (0.0, 0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.0, 5.0, 10.0)
 
 
-def router_text(task: Task) -> str:
-    question = str(task.meta.get("query") or task.prompt)
-    return f"subtask_{(task.subtask or 'none').replace('-', '_').replace(' ', '_')} {question}"
-
-
 class CorrectnessRouter:
-    """Per-model correctness classifiers over shared TF-IDF features."""
+    """Per-model correctness classifiers over shared TF-IDF features (bench/predictors.py, C = 0.3)."""
 
     def __init__(self, models: Sequence[str], mean_cost: Sequence[float], reference_cost: float,
                  seed: int = 0) -> None:
@@ -37,36 +35,16 @@ class CorrectnessRouter:
         self.mean_cost = np.asarray(mean_cost, dtype=float)
         self.relative_cost = self.mean_cost / reference_cost if reference_cost > 0 else np.zeros_like(self.mean_cost)
         self.seed = seed
-        self._vectorizer: Any = None
-        self._classifiers: list[Any] = []
+        self._predictor = TfidfCorrectness(strength=0.3, seed=seed)
 
     def fit(self, tasks: Sequence[Task], correct: np.ndarray) -> CorrectnessRouter:
         """`correct[i, j]`: whether model j answered train task i correctly."""
-        from sklearn.feature_extraction.text import TfidfVectorizer
-        from sklearn.linear_model import LogisticRegression
-
-        self._vectorizer = TfidfVectorizer(sublinear_tf=True, min_df=2, max_features=20_000)
-        features = self._vectorizer.fit_transform([router_text(task) for task in tasks])
-        self._classifiers = []
-        for column in range(correct.shape[1]):
-            labels = correct[:, column].astype(int)
-            if labels.min() == labels.max():  # one class only: predict its rate
-                self._classifiers.append(float(labels[0]))
-                continue
-            classifier = LogisticRegression(C=0.3, solver="liblinear", random_state=self.seed)
-            self._classifiers.append(classifier.fit(features, labels))
+        self._predictor.fit(tasks, correct)
         return self
 
     def predict(self, tasks: Sequence[Task]) -> np.ndarray:
         """Predicted probability of being correct, shape (len(tasks), len(models))."""
-        features = self._vectorizer.transform([router_text(task) for task in tasks])
-        columns = []
-        for classifier in self._classifiers:
-            if isinstance(classifier, float):
-                columns.append(np.full(features.shape[0], classifier))
-            else:
-                columns.append(classifier.predict_proba(features)[:, 1])
-        return np.stack(columns, axis=1)
+        return self._predictor.predict(tasks)
 
     def choose(self, probabilities: np.ndarray, threshold: float) -> str:
         """The model with the best predicted accuracy net of `threshold` times its relative price."""

@@ -23,6 +23,7 @@ values into the policy at the states a question actually passes through (train/c
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 from dataclasses import dataclass
@@ -186,6 +187,32 @@ def attempted(env: Any, task: Any, model: str) -> bool:
     return env.answer_key(task, record.response) is not None
 
 
+def outcome_rows(env: Any, tasks: Sequence[Any]) -> list[dict[str, dict[str, float]]]:
+    """Per task, {model: {"right", "attempted", "cost", "latency"}} from a replay world's records."""
+    return [{model: {"right": float(env.record(task.id, model).correct),
+                     "attempted": float(attempted(env, task, model)),
+                     "cost": env.call_cost(task, model), "latency": env.call_latency(task, model)}
+             for model in env.models()} for task in tasks]
+
+
+def play(model: EscalationModel, rows: Sequence[Mapping[str, Mapping[str, float]]], w_cost: float
+         ) -> tuple[int, float, Counter[str]]:
+    """Right answers, dollars and paths ("consulted > ... | answering model") of the model's best actions on
+    `rows` (`outcome_rows`): what a perfectly trained escalation orchestrator would do."""
+    right, dollars = 0, 0.0
+    paths: Counter[str] = Counter()
+    for row in rows:
+        flags = [bool(row[name]["attempted"]) for name in model.models]
+        visited, final = follow(model, flags, w_cost)
+        consulted = [action.model for _, action in visited if action.consult]
+        dollars += sum(row[model.models[index]]["cost"] for index in consulted)
+        if final.model not in consulted:
+            dollars += row[model.models[final.model]]["cost"]
+        right += int(row[model.models[final.model]]["right"])
+        paths[" > ".join(model.models[index] for index in consulted) + " | " + model.models[final.model]] += 1
+    return right, dollars, paths
+
+
 class EscalationTargets:
     """Cross-fitted escalation models over a replay world's train tasks: a task's values come from the model
     fitted on the other folds, so no task's own outcomes enter its targets."""
@@ -204,10 +231,7 @@ class EscalationTargets:
         self.env = env
         self.models = list(models())
         self.index = {model: position for position, model in enumerate(self.models)}
-        rows = {task.id: {model: {"right": env.record(task.id, model).correct,
-                                  "attempted": attempted(env, task, model),
-                                  "cost": env.call_cost(task, model), "latency": env.call_latency(task, model)}
-                          for model in self.models} for task in tasks}
+        rows = {task.id: row for task, row in zip(tasks, outcome_rows(env, tasks), strict=True)}
         self._attempted = {task_id: [bool(row[model]["attempted"]) for model in self.models]
                            for task_id, row in rows.items()}
         order = sorted(rows)

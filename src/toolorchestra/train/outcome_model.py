@@ -18,14 +18,17 @@ log-loss on replay:routerbench train: 0.571 against 0.578-0.605 (scripts/outcome
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
+import numpy as np
+
+from toolorchestra.bench.predictors import SubtaskMeanGrades
 from toolorchestra.envs.base import Env, Task
 from toolorchestra.errors import TrainingError
 
 
 class SubtaskOutcomeModel:
-    """P(model is right on task) = the model's mean grade over the other train tasks of the task's subtask."""
+    """P(model is right on task) = the model's mean grade over the other train tasks of the task's subtask
+    (bench/predictors.py's `SubtaskMeanGrades` over the env's recorded grades)."""
 
     def __init__(self, env: Env, tasks: Sequence[Task]) -> None:
         record = getattr(env, "record", None)
@@ -33,34 +36,21 @@ class SubtaskOutcomeModel:
         if record is None or models is None:
             raise TrainingError(f"algorithm.counterfactual_targets: outcome_model needs recorded outcomes of every "
                                 f"model (a replay world); env {env.name!r} has none")
-        self.models: list[str] = list(models())
-        self._record = record
-        self._right: dict[str | None, list[float]] = {}
-        self._count: dict[str | None, int] = {}
-        for task in tasks:
-            grades = self._grades(task)
-            for key in (task.subtask, None):  # None: every task, for a subtask with one task only
-                totals = self._right.setdefault(key, [0.0] * len(self.models))
-                self._right[key] = [total + grade for total, grade in zip(totals, grades)]
-                self._count[key] = self._count.get(key, 0) + 1
-        if not self._count:
+        if not tasks:
             raise TrainingError("algorithm.counterfactual_targets: outcome_model has no train task to fit on")
-        self._seen = {task.id for task in tasks}
-
-    def _grades(self, task: Task) -> list[float]:
-        return [float(self._record(task.id, model).correct) for model in self.models]
+        self.models: list[str] = list(models())
+        grades = np.array([[float(record(task.id, model).correct) for model in self.models] for task in tasks])
+        self._means = SubtaskMeanGrades().fit(tasks, grades)
+        self._index = {model: position for position, model in enumerate(self.models)}
 
     def probabilities(self, task: Task, models: Sequence[str]) -> list[float]:
         """P(right) of each of `models` on `task` (leave-one-out when `task` is a train task)."""
-        key: Any = task.subtask if self._count.get(task.subtask, 0) > (task.id in self._seen) else None
-        right, count = list(self._right[key]), self._count[key]
-        if task.id in self._seen:
-            right = [total - grade for total, grade in zip(right, self._grades(task))]
-            count -= 1
-        if count <= 0:
-            raise TrainingError("algorithm.counterfactual_targets: outcome_model needs at least two train tasks")
-        index = {model: position for position, model in enumerate(self.models)}
-        missing = [model for model in models if model not in index]
+        missing = [model for model in models if model not in self._index]
         if missing:
             raise TrainingError(f"outcome_model: no recorded outcomes for models {missing}")
-        return [right[index[model]] / count for model in models]
+        try:
+            right = self._means.predict([task])[0]
+        except ValueError:
+            raise TrainingError("algorithm.counterfactual_targets: outcome_model needs at least two train tasks") \
+                from None
+        return [float(right[self._index[model]]) for model in models]
