@@ -74,11 +74,3 @@ def read_text_file(path: Path | str, what: str = "a UTF-8 text file", limit: int
         raise UserError(f"{path}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
                         f"expected {what}") from None
 
-
-def decode_line(path: Path | str, number: int, raw: bytes) -> str:
-    """`raw` as UTF-8, or a UserError naming the file, the line and the column of the first bad byte."""
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise UserError(f"{path}:{number}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at column {exc.start + 1}); "
-                        "expected one JSON object per line") from None

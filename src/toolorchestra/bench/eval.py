@@ -279,7 +279,7 @@ def read_saved_trajectories(path: Path) -> list[Trajectory]:
     refused with one message naming the file, the line and the field, and nothing in the file is changed."""
     import pydantic
 
-    from toolorchestra.lines import decode_line, read_lines
+    from toolorchestra.lines import read_lines
 
     where = f"{path} (resuming --out {path.parent})"
     trajectories = []
@@ -287,7 +287,12 @@ def read_saved_trajectories(path: Path) -> list[Trajectory]:
         if not raw.strip():
             continue
         try:
-            record = json.loads(decode_line(where, number, raw))
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise UserError(f"{where}:{number}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at column "
+                            f"{exc.start + 1}); expected a saved trajectory (one JSON object). {_LEAVE_IT}") from None
+        try:
+            record = json.loads(text)
         except (ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
             log.warning("%s:%d: skipped, not a complete JSON line (%s); its episode runs again", path, number,
                         exc.__class__.__name__)

@@ -38,7 +38,7 @@ def read_yaml(path: Path | str) -> Any:
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        line, problem = _yaml_problem(exc, text)
+        line, problem = yaml_problem(exc, text)
         raise ConfigError(f"{path}{f':{line}' if line else ''}: not valid YAML: {problem}") from None
     except RecursionError:
         raise ConfigError(f"{path}: not a usable YAML file: nested too deeply to read") from None
@@ -46,7 +46,7 @@ def read_yaml(path: Path | str) -> Any:
         raise ConfigError(f"{path}: not a usable YAML file: {str(exc)[:200]}") from None
 
 
-def _yaml_problem(exc: yaml.YAMLError, text: str) -> tuple[int | None, str]:
+def yaml_problem(exc: yaml.YAMLError, text: str) -> tuple[int | None, str]:
     """The 1-based line and the one-line reason of a YAML error (PyYAML's own text spans several lines)."""
     if isinstance(exc, yaml.reader.ReaderError):  # a character YAML does not allow, e.g. a control byte
         code = ord(exc.character) if isinstance(exc.character, str) else exc.character

@@ -28,6 +28,7 @@ from typing import Annotated, Any, Literal, Protocol
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
+from toolorchestra.catalog.load import yaml_problem
 from toolorchestra.catalog.schema import LatencyPrior, Price
 from toolorchestra.envs.base import Task
 from toolorchestra.envs.replay.base import SPLITS, Recorded, ReplayData
@@ -126,12 +127,12 @@ def read_price_sheet(path: Path) -> PriceSheet:
     """Parse a price sheet in the format's layout; errors name the file and the key path."""
     if not path.is_file():
         raise FormatError(path, "price sheet not found")
+    text = _sheet_text(path)
     try:
-        raw = yaml.safe_load(_sheet_text(path))
+        raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise FormatError(path, f"not valid YAML: {getattr(exc, 'problem', exc)}",
-                          line=mark.line + 1 if mark is not None else None) from None
+        line, problem = yaml_problem(exc, text)
+        raise FormatError(path, f"not valid YAML: {problem}", line=line) from None
     except RecursionError:
         raise FormatError(path, "not a price sheet: nested too deeply to read") from None
     except ValueError as exc:  # e.g. an integer of thousands of digits, which Python refuses to convert
