@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -213,8 +214,9 @@ def _parse_line(path: Path, number: int, raw: bytes) -> dict[str, Any]:
         raise FormatError(path, f"not valid JSON: {exc.msg} (column {exc.colno})", line=number) from None
     except RecursionError:
         raise FormatError(path, "JSON nested too deeply to read; expected a flat JSON object", line=number) from None
-    except ValueError as exc:  # an integer of thousands of digits, which Python refuses to convert
-        raise FormatError(path, f"not usable JSON: {_clipped(str(exc))}", line=number) from None
+    except ValueError:  # the one ValueError json.loads raises beyond a decode error: an integer too long to read
+        raise FormatError(path, f"a number of more than {sys.get_int_max_str_digits()} digits, which Python refuses "
+                          "to read; expected ids and numbers of ordinary size", line=number) from None
     if not isinstance(value, dict):
         raise FormatError(path, f"expected a JSON object, got {type(value).__name__}", line=number)
     return value
