@@ -8,24 +8,27 @@ Retry policy: the SDK's own retries are switched off (`max_retries=0`) so that e
 here. Timeouts, connection errors, HTTP 429, HTTP 5xx and 200 responses whose body is not a chat
 completion (invalid JSON, wrong shape) are retried up to `spec.max_retries` times with exponential
 backoff and jitter; any other 4xx fails at once. When all attempts fail, `BackendError` names the
-endpoint, the model, the number of attempts and the last cause. The API key is never logged or put in
-an error message.
+endpoint, the model, the number of attempts and the last cause. The API key is never logged, put in an
+error message or returned in a completion, in any form a server may echo it (`secret_redactor`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import logging
 import math
 import os
 import random
+import re
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlparse
+from urllib.parse import quote, quote_plus, urlparse
 
 from toolorchestra.backends.base import Backend, Completion, Message, ToolCall, Usage
 from toolorchestra.backends.toolcalls import CALL_OPEN, parse_tool_calls, render_tool_call, to_plain_messages
@@ -94,6 +97,7 @@ class OpenAIBackend(Backend):
         self.backoff_max_s = backoff_max_s
         self._rng = rng or random.Random()
         self._api_key = _read_api_key(spec, name)
+        self._redactor = secret_redactor(self._api_key) if self._api_key != PLACEHOLDER_API_KEY else _unchanged
         self.endpoint = spec.base_url.rstrip("/") + "/chat/completions"
         # One SDK client per event loop: its connection pool cannot outlive the loop it was made on.
         self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncOpenAI] = (
@@ -120,7 +124,7 @@ class OpenAIBackend(Backend):
         started = time.perf_counter()
         response = await self._create_with_retries(request)
         latency_s = time.perf_counter() - started
-        completion = _read_choice(response)
+        completion = self._redacted(_read_choice(response))
         completion.latency_s = latency_s
         completion.model = self.name
         completion.usage = _reported_usage(response) or await self._counted_usage(messages, tools, response)
@@ -197,14 +201,14 @@ class OpenAIBackend(Backend):
             raise self._status_failure(exc) from None
         except (openai.APIResponseValidationError, json.JSONDecodeError) as exc:
             raise _RetryableFailure(f"invalid JSON in the response: {exc.__class__.__name__}: {exc}") from None
-        problem = _shape_problem(response)
+        problem = _shape_problem(response, self._redact)
         if problem:
             raise _RetryableFailure(f"invalid response: {problem}")
         return response
 
     def _status_failure(self, exc: Any) -> Exception:
         status = exc.status_code
-        body = self._redact(_snippet(exc.response.text if exc.response is not None else str(exc.message)))
+        body = _snippet(self._redact(exc.response.text if exc.response is not None else str(exc.message)))
         if status == 429 or status >= 500:
             return _RetryableFailure(f"HTTP {status}: {body}", _retry_after_s(exc.response))
         return BackendError(
@@ -214,7 +218,16 @@ class OpenAIBackend(Backend):
 
     def _redact(self, text: str) -> str:
         """`text` (which may quote a server's reply) without the API key, in case the server echoed it."""
-        return text.replace(self._api_key, "***") if self._api_key != PLACEHOLDER_API_KEY else text
+        return self._redactor(text)
+
+    def _redacted(self, completion: Completion) -> Completion:
+        """`completion` with the key taken out of its text, call errors and call arguments: a server (or a model
+        shown the request) that echoes the key must not put it on the console or into saved trajectories."""
+        completion.text = self._redact(completion.text)
+        completion.call_errors = [self._redact(error) for error in completion.call_errors]
+        for call in completion.tool_calls:
+            call.arguments = _redact_strings(call.arguments, self._redact)
+        return completion
 
     def _backoff_s(self, failed_attempt: int, retry_after_s: float | None) -> float:
         """Exponential backoff with jitter: between half and all of base * 2^(n-1), capped at the max."""
@@ -249,6 +262,43 @@ class OpenAIBackend(Backend):
             return self._tokenizer
 
 
+def secret_redactor(secret: str, mask: str = "***") -> Callable[[str], str]:
+    """A function that replaces `secret` in a text with `mask`, in every form a server may echo it: as it is;
+    JSON-escaped (once or twice, `/` escaped or not); URL-encoded (`%2F` or `%2f`, `+` for space); in any letter
+    case; and base64-encoded inside any text (`user:key` of HTTP Basic auth, or the key alone; standard or
+    URL-safe alphabet). The match ignores case, so an upper- or lower-cased echo of any form is caught too."""
+    forms = {secret, quote(secret, safe=""), quote(secret), quote_plus(secret)}
+    for escaped in (json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1]):
+        forms |= {escaped, escaped.replace("/", "\\/"), json.dumps(escaped)[1:-1]}
+    data, cores = secret.encode(), set()
+    for start in range(3):
+        # base64 encodes 3 bytes as 4 characters from the start of the encoded text, so wherever the key sits
+        # (after "user:" or not), the characters that encode only key bytes are one of these three runs
+        core = data[start:start + (len(data) - start) // 3 * 3]
+        if len(core) >= 6:  # shorter runs would be a few characters that ordinary text may contain
+            cores |= {base64.b64encode(core).decode(), base64.urlsafe_b64encode(core).decode()}
+    alternatives = [re.escape(form) for form in sorted(forms, key=len, reverse=True)]
+    # a base64 run is masked whole, so the characters that mix key bytes with "user:" go too
+    alternatives += [rf"[A-Za-z0-9+/_-]*{re.escape(core)}[A-Za-z0-9+/_-]*=*" for core in sorted(cores)]
+    pattern = re.compile("|".join(alternatives), re.IGNORECASE)
+    return lambda text: pattern.sub(mask, text)
+
+
+def _unchanged(text: str) -> str:
+    return text
+
+
+def _redact_strings(value: Any, redact: Callable[[str], str]) -> Any:
+    """`value` (parsed JSON) with `redact` applied to every string in it, keys included."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {redact(str(key)): _redact_strings(item, redact) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_redact_strings(item, redact) for item in value]
+    return value
+
+
 def _read_api_key(spec: OpenAIBackendSpec, model_name: str) -> str:
     if spec.api_key_env is None:
         return PLACEHOLDER_API_KEY
@@ -261,7 +311,7 @@ def _read_api_key(spec: OpenAIBackendSpec, model_name: str) -> str:
     return key
 
 
-def _shape_problem(response: Any) -> str:
+def _shape_problem(response: Any, redact: Callable[[str], str]) -> str:
     """Why `response` is not a usable chat completion, or "" if it is.
 
     The SDK builds response objects without validation and returns plain text for a non-JSON content
@@ -270,7 +320,7 @@ def _shape_problem(response: Any) -> str:
     from openai.types.chat import ChatCompletion
 
     if not isinstance(response, ChatCompletion):
-        return f"expected a chat completion JSON object, got {_snippet(str(response))!r}"
+        return f"expected a chat completion JSON object, got {_snippet(redact(str(response)))!r}"
     choices = getattr(response, "choices", None)
     if not isinstance(choices, list) or not choices:
         return "the response has no 'choices'"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -25,6 +26,8 @@ from toolorchestra.bench.metrics import summarize
 from toolorchestra.bench.policies import OrchestratorPolicy, Policy, parse_policy
 from toolorchestra.envs.base import Env, Task
 from toolorchestra.errors import UserError
+
+log = logging.getLogger(__name__)
 
 LOCAL_ORCHESTRATORS = ("smollm2-135m",)  # the untrained embedded model; trained ones ship as adapters
 
@@ -264,7 +267,64 @@ def drop_torn_tail(path: Path) -> None:
 def _finished(path: Path) -> set[tuple[str, str]]:
     if not path.exists():
         return set()
-    return {(trajectory.policy, trajectory.task_id) for trajectory in read_trajectories(path)}
+    return {(trajectory.policy, trajectory.task_id) for trajectory in read_saved_trajectories(path)}
+
+
+def read_saved_trajectories(path: Path) -> list[Trajectory]:
+    """The trajectories a run saved in `path`, checked before a resume appends to it.
+
+    A line that is not JSON is a write torn by a kill: it is skipped with a warning and its episode is run again
+    (as `read_trajectories` skips it when the metrics are collected). Any other bad line (not UTF-8, not a JSON
+    object, not a trajectory, longer than the line limit) means the file is not one this runner wrote: the run is
+    refused with one message naming the file, the line and the field, and nothing in the file is changed."""
+    import pydantic
+
+    from toolorchestra.lines import read_lines
+
+    where = f"{path} (resuming --out {path.parent})"
+    trajectories = []
+    for number, raw in read_lines(path):
+        if not raw.strip():
+            continue
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise UserError(f"{where}:{number}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at column "
+                            f"{exc.start + 1}); expected a saved trajectory (one JSON object). {_LEAVE_IT}") from None
+        try:
+            record = json.loads(text)
+        except (ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
+            log.warning("%s:%d: skipped, not a complete JSON line (%s); its episode runs again", path, number,
+                        exc.__class__.__name__)
+            continue
+        if not isinstance(record, dict):
+            raise UserError(f"{where}:{number}: expected a JSON object (a saved trajectory), got "
+                            f"{_json_type(record)}. {_LEAVE_IT}")
+        for derived in ("cost_usd", "prompt_tokens", "completion_tokens"):
+            record.pop(derived, None)
+        try:
+            trajectories.append(Trajectory.model_validate(record))
+        except (pydantic.ValidationError, RecursionError) as exc:
+            raise UserError(f"{where}:{number}: not a saved trajectory: {_first_problem(exc)}. {_LEAVE_IT}") from None
+    return trajectories
+
+
+_LEAVE_IT = ("The file was left as it is: move it (or that line) away to resume, or use another --out")
+
+
+def _json_type(value: object) -> str:
+    return {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(type(value), "a number")
+
+
+def _first_problem(exc: Exception) -> str:
+    import pydantic
+
+    if not isinstance(exc, pydantic.ValidationError):
+        return "nested too deeply to read"
+    error = exc.errors()[0]
+    field = ".".join(str(part) for part in error["loc"]) or "(top level)"
+    got = "" if error["type"] == "missing" else f", got {type(error.get('input')).__name__}"
+    return f"field '{field}': {error['msg']}{got}"
 
 
 def collect_metrics(path: Path, policies: Sequence[Policy], tasks: Sequence[Task],

@@ -9,7 +9,8 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from toolorchestra.catalog.schema import Catalog
-from toolorchestra.errors import ConfigError
+from toolorchestra.errors import ConfigError, UserError
+from toolorchestra.lines import read_text_file
 
 DEFAULT_CORPUS = Path("../shared/data/corpus/2wikimultihopqa_corpus.json")
 
@@ -28,10 +29,33 @@ def read_yaml(path: Path | str) -> Any:
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"{path}: file not found")
+    if not path.is_file():
+        raise ConfigError(f"{path}: not a file (expected a YAML file)")
     try:
-        return yaml.safe_load(path.read_text())
+        text = read_text_file(path, "a YAML file")
+    except UserError as exc:  # too large, or not UTF-8 (a binary given by mistake)
+        raise ConfigError(str(exc)) from None
+    try:
+        return yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+        line, problem = yaml_problem(exc, text)
+        raise ConfigError(f"{path}{f':{line}' if line else ''}: not valid YAML: {problem}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: not a usable YAML file: nested too deeply to read") from None
+    except ValueError as exc:  # e.g. an integer of thousands of digits, which Python refuses to convert
+        raise ConfigError(f"{path}: not a usable YAML file: {str(exc)[:200]}") from None
+
+
+def yaml_problem(exc: yaml.YAMLError, text: str) -> tuple[int | None, str]:
+    """The 1-based line and the one-line reason of a YAML error (PyYAML's own text spans several lines)."""
+    if isinstance(exc, yaml.reader.ReaderError):  # a character YAML does not allow, e.g. a control byte
+        code = ord(exc.character) if isinstance(exc.character, str) else exc.character
+        return text.count("\n", 0, exc.position) + 1, f"character #x{code:04x} is not allowed in YAML"
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc)
+    context = getattr(exc, "context", None)
+    reason = " ".join(f"{problem}{f' ({context})' if context else ''}".split())
+    return (mark.line + 1 if mark is not None else None), reason
 
 
 ModelT = TypeVar("ModelT", bound=BaseModel)

@@ -97,6 +97,8 @@ def eval_command(
 
     if policy is None:
         raise UserError(f"--policy is required for --env {env}")
+    if config is not None and not policy.startswith("orchestrator:") and not judge:
+        _warn_unused_config(config, policy)
     request = EvalRequest(env=env, policy=policy, out=out, split=split or "test", limit=limit,
                           per_subtask=per_subtask, task_ids=_names(task_ids),
                           concurrency=concurrency, seed=0 if seed is None else seed, data_dir=data_dir,
@@ -109,6 +111,17 @@ def eval_command(
     metrics = run_eval(request)
     _print_metrics(metrics, out)
     _fail_if_every_episode_failed(metrics)
+
+
+def _warn_unused_config(config: Path, policy: str) -> None:
+    """--config is read only by orchestrator:MODEL policies and --judge. Given to another policy, it is still
+    validated (a broken file is an error either way), then named in a warning rather than passed over in silence;
+    a warning, not an error, because documented commands pass one catalog to every policy they compare."""
+    from toolorchestra.catalog import load_catalog
+
+    load_catalog(config)
+    typer.secho(f"warning: --config {config} is not used by --policy {policy} (only orchestrator:MODEL policies "
+                "and --judge read it)", fg="yellow", err=True)
 
 
 def _names(text: Optional[str]) -> Optional[list[str]]:

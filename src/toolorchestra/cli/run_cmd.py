@@ -37,6 +37,18 @@ def run(
         typer.echo(json.dumps(trajectory.to_record(), indent=2, ensure_ascii=False))
     else:
         _print_summary(trajectory)
+    _exit_if_failed(trajectory)
+
+
+def _exit_if_failed(trajectory: Trajectory) -> None:
+    """Exit 1 with one line on stderr when the episode ended in an error (e.g. the orchestrator's backend
+    failed), so that scripts see the failure; the trajectory was already printed and saved."""
+    if trajectory.stop_reason != "error":
+        return
+    errors = [step.error for step in trajectory.steps if step.error]
+    cause = " ".join(errors[-1].split()) if errors else "no cause recorded"
+    typer.secho(f"error: the episode ended in an error: {cause}", fg="red", err=True)
+    raise typer.Exit(1)
 
 
 async def _run(question: str, config: Path | None, prefer: str | None, max_turns: int, max_budget: float | None,

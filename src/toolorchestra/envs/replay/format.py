@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,10 +29,12 @@ from typing import Annotated, Any, Literal, Protocol
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
+from toolorchestra.catalog.load import yaml_problem
 from toolorchestra.catalog.schema import LatencyPrior, Price
 from toolorchestra.envs.base import Task
 from toolorchestra.envs.replay.base import SPLITS, Recorded, ReplayData
 from toolorchestra.errors import UserError
+from toolorchestra.lines import MAX_LINE_BYTES_ENV, MAX_TEXT_FILE_BYTES, LineTooLong, read_lines
 
 QUESTIONS = "questions.jsonl"
 MODELS = "models"
@@ -125,12 +128,16 @@ def read_price_sheet(path: Path) -> PriceSheet:
     """Parse a price sheet in the format's layout; errors name the file and the key path."""
     if not path.is_file():
         raise FormatError(path, "price sheet not found")
+    text = _sheet_text(path)
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise FormatError(path, f"not valid YAML: {getattr(exc, 'problem', exc)}",
-                          line=mark.line + 1 if mark is not None else None) from None
+        line, problem = yaml_problem(exc, text)
+        raise FormatError(path, f"not valid YAML: {problem}", line=line) from None
+    except RecursionError:
+        raise FormatError(path, "not a price sheet: nested too deeply to read") from None
+    except ValueError as exc:  # e.g. an integer of thousands of digits, which Python refuses to convert
+        raise FormatError(path, f"not a price sheet: {_clipped(str(exc))}") from None
     if not isinstance(raw, dict) or "models" not in raw:
         raise FormatError(path, "expected a mapping with a 'models:' key (model name or prefix -> prices)",
                           field="models")
@@ -139,6 +146,23 @@ def read_price_sheet(path: Path) -> PriceSheet:
     except ValidationError as exc:
         error = exc.errors()[0]
         raise FormatError(path, _pydantic_message(error), field=".".join(str(part) for part in error["loc"])) from None
+
+
+def _sheet_text(path: Path) -> str:
+    size = path.stat().st_size
+    if size > MAX_TEXT_FILE_BYTES:
+        raise FormatError(path, f"{size:,} bytes, larger than the {MAX_TEXT_FILE_BYTES:,} a price sheet may have")
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise FormatError(path, f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); expected a "
+                          "YAML price sheet (see docs/replay.md)", line=data.count(b"\n", 0, exc.start) + 1) from None
+
+
+def _clipped(text: str, limit: int = 60) -> str:
+    """`text` cut to `limit` characters, so that a message about a huge value stays one short line."""
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text):,} characters)"
 
 
 # --- where lines come from ---------------------------------------------------------------------
@@ -165,19 +189,37 @@ class WorldSource(Protocol):
     def prices(self) -> PriceSheet | None: ...
 
 
-def read_jsonl(path: Path) -> Iterator[Line]:
-    """The JSON objects of a JSONL file with their line numbers; blank lines are skipped."""
-    with open(path, encoding="utf-8") as handle:
-        for number, text in enumerate(handle, 1):
-            if not text.strip():
+def read_jsonl(path: Path, limit: int | None = None) -> Iterator[Line]:
+    """The JSON objects of a JSONL file with their line numbers; blank lines are skipped. A line longer than
+    `limit` bytes (default: lines.max_line_bytes()) is refused before it is read into memory."""
+    try:
+        for number, raw in read_lines(path, limit):
+            if not raw.strip():
                 continue
-            try:
-                value = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise FormatError(path, f"not valid JSON: {exc.msg} (column {exc.colno})", line=number) from None
-            if not isinstance(value, dict):
-                raise FormatError(path, f"expected a JSON object, got {type(value).__name__}", line=number)
-            yield Line(path, number, value)
+            yield Line(path, number, _parse_line(path, number, raw))
+    except LineTooLong as exc:
+        raise FormatError(path, f"line longer than {exc.limit:,} bytes, refused without reading it (expected one "
+                          f"JSON object per line; {MAX_LINE_BYTES_ENV} raises the limit)", line=exc.line) from None
+
+
+def _parse_line(path: Path, number: int, raw: bytes) -> dict[str, Any]:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise FormatError(path, f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at column {exc.start + 1}); expected "
+                          "one JSON object per line", line=number) from None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise FormatError(path, f"not valid JSON: {exc.msg} (column {exc.colno})", line=number) from None
+    except RecursionError:
+        raise FormatError(path, "JSON nested too deeply to read; expected a flat JSON object", line=number) from None
+    except ValueError:  # the one ValueError json.loads raises beyond a decode error: an integer too long to read
+        raise FormatError(path, f"a number of more than {sys.get_int_max_str_digits()} digits, which Python refuses "
+                          "to read; expected ids and numbers of ordinary size", line=number) from None
+    if not isinstance(value, dict):
+        raise FormatError(path, f"expected a JSON object, got {type(value).__name__}", line=number)
+    return value
 
 
 class DirectorySource:
@@ -269,7 +311,8 @@ def _read_questions(source: WorldSource) -> tuple[dict[str, Task], list[str]]:
         question = _validate(QuestionLine, line)
         task_id = str(question.id)
         if task_id in tasks:
-            raise FormatError(line.path, f"duplicate id {question.id!r} (first on line {first_line[task_id]})",
+            raise FormatError(line.path, f"duplicate id {_clipped(repr(question.id))} (first on line "
+                              f"{first_line[task_id]})",
                               line=line.number, field="id")
         first_line[task_id] = line.number
         split = question.split or _split_by_parity(question.id, line)
@@ -285,7 +328,8 @@ def _split_by_parity(task_id: str | int, line: Line) -> str:
         try:
             task_id = int(task_id)
         except ValueError:
-            raise FormatError(line.path, f"id {task_id!r} is not an integer, so its split cannot follow id parity: "
+            raise FormatError(line.path, f"id {_clipped(repr(task_id))} is not an integer (of at most 4300 digits), "
+                              "so its split cannot follow id parity: "
                               "give this question a 'split' (train or test)", line=line.number, field="split") from None
     return "train" if task_id % 2 == 0 else "test"
 
@@ -301,10 +345,12 @@ def _read_answers(source: WorldSource, model: str, tasks: Mapping[str, Task],
         answer = _validate(AnswerLine, line)
         task_id = str(answer.id)
         if task_id not in tasks:
-            raise FormatError(line.path, f"unknown id {answer.id!r}: no question with this id in {QUESTIONS}",
+            raise FormatError(line.path, f"unknown id {_clipped(repr(answer.id))}: no question with this id in "
+                              f"{QUESTIONS}",
                               line=line.number, field="id")
         if task_id in rows:
-            raise FormatError(line.path, f"duplicate id {answer.id!r} (first on line {first_line[task_id]})",
+            raise FormatError(line.path, f"duplicate id {_clipped(repr(answer.id))} (first on line "
+                              f"{first_line[task_id]})",
                               line=line.number, field="id")
         grade_field = _check_grade_field(answer, line, grade_field)
         if answer.cost_usd is None and pricing.entry is None:
@@ -351,8 +397,11 @@ def _pydantic_message(error: Mapping[str, Any]) -> str:
     if error["type"] == "missing":
         return "missing (required)"
     value = error.get("input")
-    shown = json.dumps(value)[:60] if _jsonable(value) else repr(value)[:60]
-    return f"{error['msg']}, got {shown}"
+    try:
+        shown = _clipped(json.dumps(value) if _jsonable(value) else repr(value))
+    except (RecursionError, ValueError):  # a deeply nested value, or an int too long to print
+        shown = f"a {type(value).__name__} that cannot be shown"
+    return f"{_clipped(error['msg'], 200)}, got {shown}"
 
 
 def _jsonable(value: Any) -> bool:
@@ -360,6 +409,6 @@ def _jsonable(value: Any) -> bool:
         return False
     try:
         json.dumps(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):
         return False
     return True

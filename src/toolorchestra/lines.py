@@ -1,0 +1,76 @@
+"""Reading a line-oriented file (JSONL) without trusting its line lengths.
+
+A single 200 MB line read with a plain `for line in handle` lands in memory whole, then again as a decoded string
+and again as parsed JSON: enough to get a process killed. `read_lines` reads each line with a bounded `readline`,
+so a line longer than the limit is refused after reading at most limit + 1 bytes of it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from toolorchestra.errors import UserError
+
+MAX_LINE_BYTES_ENV = "TOOLORCHESTRA_MAX_LINE_BYTES"
+DEFAULT_MAX_LINE_BYTES = 64 * 2**20
+"""The longest line accepted by default: the largest saved trajectory line in results/ is about 21 KB, so 64 MiB
+leaves room for long tool outputs while keeping one line's parse well under a gigabyte of memory."""
+
+
+class LineTooLong(UserError):
+    """A line longer than the limit; raised before the line is read into memory."""
+
+    def __init__(self, path: Path | str, number: int, limit: int) -> None:
+        self.path, self.line, self.limit = str(path), number, limit
+        super().__init__(f"{path}:{number}: line longer than {limit:,} bytes, refused without reading it (expected "
+                         f"one JSON object per line; set {MAX_LINE_BYTES_ENV} to raise the limit)")
+
+
+def max_line_bytes() -> int:
+    """The line limit: ${MAX_LINE_BYTES_ENV} when set (a positive integer), else DEFAULT_MAX_LINE_BYTES."""
+    text = os.environ.get(MAX_LINE_BYTES_ENV, "").strip()
+    if not text:
+        return DEFAULT_MAX_LINE_BYTES
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise UserError(f"environment variable {MAX_LINE_BYTES_ENV}={text!r}: expected a positive number of bytes")
+    return value
+
+
+def read_lines(path: Path | str, limit: int | None = None) -> Iterator[tuple[int, bytes]]:
+    """(1-based line number, raw bytes without the line end) of each line of `path`; LineTooLong at the first
+    line over `limit` bytes (default `max_line_bytes()`), which is never held in memory beyond limit + 1 bytes."""
+    limit = max_line_bytes() if limit is None else limit
+    with open(path, "rb") as handle:
+        number = 0
+        while raw := handle.readline(limit + 1):
+            number += 1
+            body = raw[:-1] if raw.endswith(b"\n") else raw
+            if len(body) > limit:
+                raise LineTooLong(path, number, limit)
+            yield number, body.removesuffix(b"\r")
+
+
+MAX_TEXT_FILE_BYTES = 16 * 2**20
+"""The largest YAML file (catalog, train config, price sheet) read: real ones are a few KB."""
+
+
+def read_text_file(path: Path | str, what: str = "a UTF-8 text file", limit: int = MAX_TEXT_FILE_BYTES) -> str:
+    """The UTF-8 text of a small file. A file over `limit` bytes is refused by its size, unread; a file that is
+    not UTF-8 (a binary given by mistake) is a UserError naming the line and byte where decoding failed."""
+    size = Path(path).stat().st_size
+    if size > limit:
+        raise UserError(f"{path}: {size:,} bytes, larger than the {limit:,} accepted; expected {what}")
+    data = Path(path).read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise UserError(f"{path}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
+                        f"expected {what}") from None
+

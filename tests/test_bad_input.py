@@ -1,0 +1,219 @@
+"""Bad input gets one message naming the file, the line and what was expected; never a traceback (issue 26).
+
+Every bad file is built in tmp_path and given to the real CLI in a subprocess (or to the real loader), as a
+careless user would: an eval resuming a trajectories.jsonl with a line that is not a trajectory, a replay world
+with bad UTF-8, huge ids, deep nesting, a binary price sheet or a 200 MB line, a binary --config, an episode that
+ends in an error, and a --config the policy never reads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from toolorchestra.envs.replay.format import DirectorySource, FormatError, load_world
+from toolorchestra.lines import MAX_LINE_BYTES_ENV
+
+TOOLORCHESTRA = Path(sys.executable).parent / "toolorchestra"
+
+
+def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 180) -> subprocess.CompletedProcess:
+    return subprocess.run([str(TOOLORCHESTRA), *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "COLUMNS": "400", **(env or {})})
+
+
+def one_error_line(result: subprocess.CompletedProcess) -> str:
+    """The run's error message, checked to be a single line with no traceback."""
+    assert "Traceback" not in result.stderr, result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, result.stderr
+    return errors[0]
+
+
+def write_world(root: Path, questions: list[str] | None = None) -> Path:
+    """A tiny replay world: four questions, two models with recorded costs."""
+    rows = questions or [json.dumps({"id": i, "problem": f"q{i}", "answer": str(i)}) for i in range(4)]
+    (root / "models").mkdir(parents=True)
+    (root / "questions.jsonl").write_text("\n".join(rows) + "\n")
+    for model in ("alpha", "beta"):
+        (root / "models" / f"{model}.jsonl").write_text("".join(
+            json.dumps({"id": i, "response": str(i), "correct": model == "alpha", "cost_usd": 0.01}) + "\n"
+            for i in range(4)))
+    return root
+
+
+def load(root: Path) -> None:
+    load_world(DirectorySource(root), "test")
+
+
+# --- eval resuming a trajectories.jsonl ----------------------------------------------------------
+@pytest.fixture
+def finished_run(tmp_path: Path) -> tuple[Path, list[str]]:
+    """An eval run dir with its two test episodes saved, and the eval arguments that resume it."""
+    world = write_world(tmp_path / "world")
+    out = tmp_path / "run"
+    args = ["eval", "--env", f"replay:{world}", "--policy", "random", "--out", str(out), "--no-progress"]
+    result = cli(*args)
+    assert result.returncode == 0, result.stderr
+    assert len((out / "trajectories.jsonl").read_text().splitlines()) == 2
+    return out, args
+
+
+@pytest.mark.parametrize(("line", "expected"), [
+    (b"[1, 2, 3]", "expected a JSON object (a saved trajectory), got an array"),
+    (b"null", "expected a JSON object (a saved trajectory), got null"),
+    (b'{"task_id": 5, "steps": "none"}', "not a saved trajectory: field 'task_id': Input should be a valid string"),
+    (b'{"policy": "random"}', "not a saved trajectory: field 'task_id': Field required"),
+    (b"\x89PNG\r\n\x1a\x00\xff\xfe", "not UTF-8 text (byte 0x89 at column 1)"),
+])
+def test_eval_refuses_to_resume_over_a_line_that_is_not_a_trajectory(
+        finished_run: tuple[Path, list[str]], line: bytes, expected: str) -> None:
+    out, args = finished_run
+    path = out / "trajectories.jsonl"
+    with open(path, "ab") as handle:
+        handle.write(line + b"\n")
+    before = path.read_bytes()
+    result = cli(*args)
+    assert result.returncode == 2
+    message = one_error_line(result)
+    assert f"{path} (resuming --out {out}):3: {expected}" in message
+    assert "file was left as it is" in message
+    assert path.read_bytes() == before  # nothing deleted, nothing appended
+
+
+def test_eval_refuses_a_line_over_the_limit_before_reading_it(finished_run: tuple[Path, list[str]]) -> None:
+    out, args = finished_run
+    path = out / "trajectories.jsonl"
+    with open(path, "ab") as handle:
+        handle.write(b'{"task_id": "' + b"x" * 5000 + b'"}\n')
+    result = cli(*args, env={MAX_LINE_BYTES_ENV: "1000"})
+    assert result.returncode == 2
+    assert f"{path}:3: line longer than 1,000 bytes, refused without reading it" in one_error_line(result)
+
+
+def test_eval_skips_a_torn_line_with_a_warning_and_redoes_its_episode(finished_run: tuple[Path, list[str]]) -> None:
+    out, args = finished_run
+    path = out / "trajectories.jsonl"
+    lines = path.read_text().splitlines()
+    path.write_text(lines[0] + "\n" + lines[1][:40] + "\n")  # the second episode's line torn, then a newline
+    result = cli(*args)
+    assert result.returncode == 0, result.stderr
+    assert f"{path}:2: skipped, not a complete JSON line" in result.stderr and "Traceback" not in result.stderr
+    assert path.read_text().splitlines()[:2] == [lines[0], lines[1][:40]]  # the torn line is kept, not deleted
+    assert json.loads((out / "metrics.json").read_text())["n"] == 2
+
+
+# --- the replay loader -----------------------------------------------------------------------------
+def test_replay_questions_with_bad_utf8(tmp_path: Path) -> None:
+    root = write_world(tmp_path / "w")
+    with open(root / "questions.jsonl", "ab") as handle:
+        handle.write(b'{"id": 9, "problem": "caf\xe9"}\n')
+    with pytest.raises(FormatError, match=r"questions\.jsonl:5: not UTF-8 text \(byte 0xe9 at column 26\)"):
+        load(root)
+
+
+def test_replay_a_5000_digit_id(tmp_path: Path) -> None:
+    number = json.dumps({"id": int("7" * 4000), "problem": "q"}).replace("7" * 4000, "7" * 5000)
+    with pytest.raises(FormatError, match=r"questions\.jsonl:1: a number of more than 4300 digits, "
+                       r"which Python refuses to read") as raised:
+        load(write_world(tmp_path / "int", [number]))
+    assert len(str(raised.value)) < 400
+    text = json.dumps({"id": "7" * 5000, "problem": "q"})  # as a string: no split without a readable integer
+    with pytest.raises(FormatError, match=r"questions\.jsonl:1: field 'split': id '7777.*\(5,002 characters\) is "
+                       r"not an integer \(of at most 4300 digits\)") as raised:
+        load(write_world(tmp_path / "str", [text]))
+    assert len(str(raised.value)) < 400
+
+
+def test_replay_deep_nesting(tmp_path: Path) -> None:
+    deep = '{"id": 1, "problem": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    with pytest.raises(FormatError, match=r"questions\.jsonl:1: JSON nested too deeply to read"):
+        load(write_world(tmp_path / "w", [deep]))
+    shallow = '{"id": 1, "problem": ' + "[" * 500 + "]" * 500 + "}"  # parses, then fails the field's type
+    with pytest.raises(FormatError, match=r"questions\.jsonl:1: field 'problem': Input should be a valid string"):
+        load(write_world(tmp_path / "w2", [shallow]))
+
+
+def test_replay_binary_price_sheet(tmp_path: Path) -> None:
+    root = write_world(tmp_path / "w")
+    (root / "prices.yaml").write_bytes(b"models:\n  alpha: \x00\x01\xff\xd8\xff\xe0 JFIF\n")
+    with pytest.raises(FormatError, match=r"prices\.yaml:2: not UTF-8 text \(byte 0xff at offset 19\)"):
+        load(root)
+    (root / "prices.yaml").write_bytes(b"models:\n  alpha: \x00\x01\n")  # UTF-8, but bytes YAML does not allow
+    with pytest.raises(FormatError, match=r"prices\.yaml:2: not valid YAML"):
+        load(root)
+
+
+def test_replay_a_200_mb_line_is_refused_by_size_through_the_cli(tmp_path: Path) -> None:
+    """A sparse 200 MB line (no memory taken to build it) under the default 64 MiB limit: the loader reads at
+    most limit + 1 bytes of it and stops with one line; before, the process died with SIGABRT."""
+    root = write_world(tmp_path / "w")
+    with open(root / "models" / "beta.jsonl", "r+b") as handle:
+        handle.seek(200 * 2**20)  # after the four answer lines: line 5 is 200 MB of zero bytes
+        handle.write(b"\n")
+    result = cli("eval", "--env", f"replay:{root}", "--policy", "random", "--out", str(tmp_path / "run"),
+                 "--no-progress")
+    assert result.returncode == 2
+    assert f"{root / 'models' / 'beta.jsonl'}:5: line longer than 67,108,864 bytes, refused without reading it" \
+        in one_error_line(result)
+
+
+# --- run and eval with --config ------------------------------------------------------------------------
+def test_run_with_a_binary_config(tmp_path: Path) -> None:
+    config = tmp_path / "pool.yaml"
+    config.write_bytes(b"\x7fELF\x02\x01\x01\x00" + bytes(range(256)))
+    result = cli("run", "hi", "--config", str(config))
+    assert result.returncode == 2
+    assert f"error: {config}:2: not UTF-8 text (byte 0x80 at offset 136); expected a YAML file" \
+        in one_error_line(result)
+
+
+def closed_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def catalog(tmp_path: Path, base_url: str) -> Path:
+    path = tmp_path / "catalog.yaml"
+    path.write_text(f"""
+orchestrator: remote
+models:
+  - name: remote
+    backend: {{type: openai, base_url: "{base_url}", model: served-model, max_retries: 0, timeout_s: 10}}
+tools:
+  - {{name: answer, type: answer, description: Give the final answer.}}
+""")
+    return path
+
+
+def test_run_exits_non_zero_when_its_episode_ended_in_an_error(tmp_path: Path) -> None:
+    port = closed_port()
+    saved = tmp_path / "saved.jsonl"
+    result = cli("run", "hi", "--config", str(catalog(tmp_path, f"http://127.0.0.1:{port}/v1")), "--save", str(saved))
+    assert result.returncode == 1
+    message = one_error_line(result)
+    assert message.startswith("error: the episode ended in an error: orchestrator failed:")
+    assert f"127.0.0.1:{port}" in message
+    assert json.loads(saved.read_text())["stop_reason"] == "error"  # saved before the exit
+
+
+def test_eval_reports_a_broken_config_the_policy_does_not_use(tmp_path: Path) -> None:
+    world = write_world(tmp_path / "world")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("orchestrator: a\nmodels: [\n")
+    args = ["eval", "--env", f"replay:{world}", "--policy", "random", "--no-progress"]
+    result = cli(*args, "--config", str(broken), "--out", str(tmp_path / "a"))
+    assert result.returncode == 2
+    assert f"error: {broken}:3: not valid YAML" in one_error_line(result)
+    assert not (tmp_path / "a").exists()
+    valid = catalog(tmp_path, "http://127.0.0.1:9/v1")
+    result = cli(*args, "--config", str(valid), "--out", str(tmp_path / "b"))
+    assert result.returncode == 0, result.stderr
+    assert f"warning: --config {valid} is not used by --policy random" in result.stderr
