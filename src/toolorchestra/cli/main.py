@@ -44,3 +44,7 @@ def main() -> None:
     except KeyboardInterrupt:
         typer.secho("interrupted", fg="yellow", err=True)
         sys.exit(130)
+
+
+if __name__ == "__main__":  # python -m toolorchestra.cli.main
+    main()
