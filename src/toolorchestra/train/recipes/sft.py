@@ -225,7 +225,7 @@ def _no_examples_message(trainer: "Trainer", errors: list[str]) -> str:
     from toolorchestra.train.health import first_distinct, format_errors
 
     tasks = len(trainer.tasks[:trainer.config.sft.max_tasks])
-    message = (f"the SFT stage (sft.steps: {trainer.config.sft.steps}) found no example in the first {tasks} "
+    message = (f"the SFT warm start (sft.steps: {trainer.config.sft.steps}) found no example in the first {tasks} "
                f"training tasks of {trainer.config.data.env}")
     if errors:
         return (f"{message}: {len(errors)} attempts failed. First errors: "
