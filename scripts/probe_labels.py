@@ -29,7 +29,7 @@ def main(argv: list[str]) -> int:
     from toolorchestra.agent.prompt import wording_for
     from toolorchestra.train.checkpoint import load_trainable
     from toolorchestra.train.config import load_train_config
-    from toolorchestra.train.counterfactual import CounterfactualLearner
+    from toolorchestra.train.recipes.counterfactual import CounterfactualRecipe
     from toolorchestra.train.prefix import SharedPrefix, common_prefix_length
     from toolorchestra.train.trainer import Trainer
 
@@ -40,7 +40,7 @@ def main(argv: list[str]) -> int:
     trainer = Trainer(config, run_dir=Path("/tmp/probe_labels_run"))
     load_trainable(checkpoint, trainer.policy)
     trainer.policy.eval()
-    learner = CounterfactualLearner(trainer)
+    learner = CounterfactualRecipe(trainer)
     # the split's order mixes the three subsets; on train, the last tasks
     tasks = trainer.tasks[:count] if split == "test" else trainer.tasks[-count:]
     preferences = {"accuracy": Preference(), "cost": Preference(accuracy=1.0, cost=1.0)}

@@ -28,7 +28,7 @@ def trained_checkpoint(tmp_path, lora_rank: int = 8):
         "data": {"env": "fake-routing", "train_batch_size": 2},
         "model": {"path": str(base), "lora_rank": lora_rank, "lora_alpha": 16},
         "actor": {"ppo_mini_batch_size": 2, "ppo_micro_batch_size": 2, "optim": {"lr": 5e-2}},
-        "algorithm": {"adv_estimator": "counterfactual"},
+        "recipe": "counterfactual",
         "sampler": {"min_labels": 4, "max_labels": 4, "price_scale": [1.0, 1.0], "tool_keep_prob": 0.0},
         "trainer": {"total_training_steps": 2, "save_freq": 2, "default_local_dir": str(tmp_path / "run"),
                     "torch_threads": 1, "save_merged_model": False},

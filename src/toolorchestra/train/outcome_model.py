@@ -1,7 +1,7 @@
 """Outcome models for counterfactual targets: how likely each model is to answer a training task right.
 
 A replay world records whether each model was right on each question, and the counterfactual estimator
-(train/counterfactual.py) can score every answer label with those recorded grades. On one question they are
+(train/recipes/counterfactual.py) can score every answer label with those recorded grades. On one question they are
 mostly noise: which of several similar models happened to be right is not predictable from the question, yet it
 dominates the target, and the label the policy favours drifts from step to step with the questions drawn.
 An outcome model replaces each recorded grade by a probability estimated over the train split; the expected
@@ -31,7 +31,7 @@ class SubtaskOutcomeModel:
         record = getattr(env, "record", None)
         models = getattr(env, "models", None)
         if record is None or models is None:
-            raise TrainingError(f"algorithm.counterfactual_targets: outcome_model needs recorded outcomes of every "
+            raise TrainingError(f"counterfactual.targets: outcome_model needs recorded outcomes of every "
                                 f"model (a replay world); env {env.name!r} has none")
         self.models: list[str] = list(models())
         self._record = record
@@ -44,7 +44,7 @@ class SubtaskOutcomeModel:
                 self._right[key] = [total + grade for total, grade in zip(totals, grades)]
                 self._count[key] = self._count.get(key, 0) + 1
         if not self._count:
-            raise TrainingError("algorithm.counterfactual_targets: outcome_model has no train task to fit on")
+            raise TrainingError("counterfactual.targets: outcome_model has no train task to fit on")
         self._seen = {task.id for task in tasks}
 
     def _grades(self, task: Task) -> list[float]:
@@ -58,7 +58,7 @@ class SubtaskOutcomeModel:
             right = [total - grade for total, grade in zip(right, self._grades(task))]
             count -= 1
         if count <= 0:
-            raise TrainingError("algorithm.counterfactual_targets: outcome_model needs at least two train tasks")
+            raise TrainingError("counterfactual.targets: outcome_model needs at least two train tasks")
         index = {model: position for position, model in enumerate(self.models)}
         missing = [model for model in models if model not in index]
         if missing:
