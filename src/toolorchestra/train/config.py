@@ -310,14 +310,16 @@ class TrainConfig(_Strict):
 
 
 def knobs_set(config: BaseModel, prefix: str = "") -> list[tuple[str, tuple[str, ...]]]:
-    """(dotted name, recipes that read it) for every knob set explicitly (in the YAML or the dict) that only
-    some recipes read."""
+    """(dotted name, recipes that read it) for every knob that only some recipes read and that is set (in the
+    YAML or the dict) to other than its default. A default is harmless: a saved checkpoint's full config dump
+    names every knob."""
     found = []
     for name in sorted(config.model_fields_set):
         dotted = f"{prefix}{name}"
         value = getattr(config, name)
         if dotted in READ_ONLY_BY:
-            found.append((dotted, READ_ONLY_BY[dotted]))
+            if value != type(config).model_fields[name].get_default(call_default_factory=True):
+                found.append((dotted, READ_ONLY_BY[dotted]))
         elif isinstance(value, BaseModel):
             found += knobs_set(value, dotted + ".")
     return found

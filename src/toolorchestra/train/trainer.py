@@ -24,7 +24,23 @@ from toolorchestra.train.config import TrainConfig
 from toolorchestra.train.rollout import Episode, RolloutEngine
 from toolorchestra.train.sampler import TaskSampler
 
+RECIPE_FILE = "recipe.json"
 TIMING_KEYS = ("step_time_s", "rollout_time_s", "update_time_s", "tokens_per_s", "train_tokens_per_s")
+
+
+def recipe_record(config: TrainConfig, step: int) -> dict[str, Any]:
+    """The recipe, its settings, the data and the code commit behind a checkpoint (RECIPE_FILE)."""
+    import subprocess
+
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
+                                cwd=Path(__file__).parent).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        commit = None  # an installed package outside a git checkout
+    return {"recipe": config.recipe_section(), "warm_start": config.sft.model_dump(mode="json")
+            if config.recipe != "sft" and config.sft.steps > 0 else None,
+            "data": config.data.model_dump(mode="json"), "steps": step, "git_commit": commit,
+            "config": config.model_dump(mode="json")}
 
 
 def load_env(name: str) -> Env:
@@ -269,10 +285,13 @@ class Trainer:
         merged = None
         if self.config.trainer.save_merged_model:
             merged = self.merged_model()
-        return save_checkpoint(self.run_dir, self.global_step, model=self.policy, optimizer=self.optimizer,
-                               sampler_state=self.sampler.state_dict(),
-                               config=self.config.model_dump(mode="json"), merged_model=merged,
-                               tokenizer=self.tokenizer)
+        checkpoint = save_checkpoint(self.run_dir, self.global_step, model=self.policy, optimizer=self.optimizer,
+                                     sampler_state=self.sampler.state_dict(),
+                                     config=self.config.model_dump(mode="json"), merged_model=merged,
+                                     tokenizer=self.tokenizer)
+        # what export-orchestrator copies into orchestrator.json: how these weights were trained
+        (checkpoint / RECIPE_FILE).write_text(json.dumps(recipe_record(self.config, self.global_step), indent=2) + "\n")
+        return checkpoint
 
     def merged_model(self) -> Any:
         """A copy of the policy with the LoRA adapter merged in (the training copy is left untouched)."""
