@@ -23,7 +23,8 @@ def main() -> None:
 
     import torch
 
-    from toolorchestra.train import sft
+    from toolorchestra.train.grpo import pad_rows
+    from toolorchestra.train.recipes import sft
     from toolorchestra.train.config import TrainConfig
     from toolorchestra.train.trainer import Trainer
 
@@ -33,10 +34,10 @@ def main() -> None:
         "model": {"lora_rank": 16, "lora_alpha": 32, "lora_layers": 12},
         "actor": {"stop_gradient_prefix": True},
         "sft": {"targets": "gold_actions", "steps": 1, "max_tasks": args.batch, "sample": "by_subtask"},
-        "trainer": {"total_training_steps": 0, "torch_threads": args.threads}})
+        "recipe": "sft", "trainer": {"torch_threads": args.threads}})
     trainer = Trainer(config)
     examples = sft.build_examples(trainer)
-    ids, attention, mask = sft._pad(examples[:args.batch], trainer.rollout.pad_id, trainer.policy.device)
+    ids, attention, mask = pad_rows(examples[:args.batch], trainer.rollout.pad_id, trainer.policy.device)
     print(f"{args.domain}: {ids.shape[0]} episodes, {ids.shape[1]} tokens wide (padded), "
           f"{int(mask.sum())} policy tokens")
     trainer.policy.train()
@@ -44,7 +45,7 @@ def main() -> None:
     for dtype in ("float32", "bfloat16"):
         trainer.config.model.compute_dtype = dtype
         start = time.perf_counter()
-        logprobs, _ = trainer._logprobs(ids, attention, mask, 1.0)
+        logprobs, _ = trainer.logprobs(ids, attention, mask, 1.0)
         loss = -(logprobs * mask).sum() / mask.sum()
         loss.backward()
         seconds[dtype], losses[dtype] = time.perf_counter() - start, float(loss)

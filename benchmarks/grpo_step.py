@@ -128,7 +128,7 @@ def our_config(args: argparse.Namespace, run_dir: Path) -> Any:
                     "max_assistant_turns": args.turns, "max_episode_tokens": 2048,
                     "generation_batch_size": args.prompts * args.group},
         # TRL trains on every episode; so does ours here (the filters would skip the update of a random policy).
-        "algorithm": {"filter_min_reward_std": 0.0, "filter_invalid": False},
+        "grpo": {"filter_min_reward_std": 0.0, "filter_invalid": False},
         "sampler": {"min_labels": 2, "max_labels": 3, "tool_keep_prob": 0.0,
                     "preferences": {"accuracy": 1.0, "cost": 1.0}},
         "trainer": {"default_local_dir": str(run_dir), "torch_threads": args.threads, "log_trajectories": False,

@@ -15,7 +15,7 @@ from _tiny_policy import FakeRoutingEnv, tiny_llama, tiny_tokenizer  # noqa: E40
 from toolorchestra.agent.preference import Preference  # noqa: E402
 from toolorchestra.errors import TrainingError  # noqa: E402
 from toolorchestra.train.config import TrainConfig  # noqa: E402
-from toolorchestra.train.counterfactual import CounterfactualLearner, label_outcomes  # noqa: E402
+from toolorchestra.train.recipes.counterfactual import CounterfactualRecipe, label_outcomes  # noqa: E402
 from toolorchestra.train.prefix import SharedPrefix, common_prefix_length, continuation_logprobs  # noqa: E402
 from toolorchestra.train.sampler import PromptDraw  # noqa: E402
 from toolorchestra.train.trainer import Trainer  # noqa: E402
@@ -103,16 +103,16 @@ def test_label_outcomes_score_every_label_with_the_reward() -> None:
 
 
 def counterfactual_trainer(run_dir, steps: int = 12, loss: str = "regression", algorithm: dict | None = None,
-                           **sampler) -> Trainer:
+                           counterfactual: dict | None = None, **sampler) -> Trainer:
     tokenizer = tiny_tokenizer()
     config = TrainConfig.model_validate({
         "seed": 0,
         "data": {"env": "fake-routing", "train_batch_size": 4},
         "model": {"lora_rank": 8, "lora_alpha": 16},
-        "actor": {"ppo_mini_batch_size": 4, "ppo_micro_batch_size": 2, "entropy_coeff": 0.0,
-                  "optim": {"lr": 1e-2}},
-        "algorithm": {"adv_estimator": "counterfactual", "format_coef": 0.02, "counterfactual_loss": loss,
-                      **(algorithm or {})},
+        "recipe": "counterfactual",
+        "actor": {"ppo_micro_batch_size": 2, "entropy_coeff": 0.0, "optim": {"lr": 1e-2}},
+        "algorithm": algorithm or {},
+        "counterfactual": {"format_coef": 0.02, "loss": loss, **(counterfactual or {})},
         "sampler": {"min_labels": 4, "max_labels": 4, "shuffle_labels": False, "price_scale": [1.0, 1.0],
                     "tool_keep_prob": 0.0, "preferences": {"cost": 1.0}, **sampler},
         "trainer": {"total_training_steps": steps, "save_freq": steps, "default_local_dir": str(run_dir),
@@ -136,15 +136,15 @@ def test_counterfactual_steps_move_probability_to_the_best_label(tmp_path, loss)
 
 def test_raw_advantages_label_spans_and_cost_floor_still_learn_the_best_label(tmp_path) -> None:
     """The cost-floor recipe's settings: targets are raw reward differences, only label spans are scored."""
-    trainer = counterfactual_trainer(tmp_path / "run", algorithm={
-        "norm_adv_by_std": "none", "counterfactual_score": "label", "cost_floor": 0.1, "counterfactual_tau": 0.2})
+    trainer = counterfactual_trainer(tmp_path / "run", algorithm={"norm_adv_by_std": "none", "cost_floor": 0.1},
+                                     counterfactual={"score": "label", "tau": 0.2})
     history = trainer.fit(show_progress=False)
     assert history[-1]["calls/model/good-cheap"] > history[0]["calls/model/good-cheap"] + 0.2
     assert history[-1]["reward/mean"] > history[0]["reward/mean"]
 
 
 def test_label_spans_keep_the_label_and_one_closing_token() -> None:
-    from toolorchestra.train.counterfactual import label_spans
+    from toolorchestra.train.recipes.counterfactual import label_spans
 
     calls = [[1, 2, 10, 11, 7, 8, 9], [1, 2, 12, 7, 8, 9], [1, 2, 13, 14, 15, 7, 8, 9]]
     assert label_spans(calls) == [[1, 2, 10, 11, 7], [1, 2, 12, 7], [1, 2, 13, 14, 15, 7]]
@@ -174,7 +174,7 @@ def test_counterfactual_without_answer_labels_fails_loudly(tmp_path) -> None:
 def test_regression_loss_is_minimal_at_the_tempered_advantage_policy() -> None:
     """Its minimizer has centered log-probs A / tau: the loss is zero there and positive elsewhere; a label with
     a tiny probability but the best advantage gets a large gradient (the expected loss's would vanish)."""
-    from toolorchestra.train.counterfactual import _regression_loss
+    from toolorchestra.train.recipes.counterfactual import _regression_loss
 
     advantages = torch.tensor([1.0, 0.0, -1.0])
     optimum = torch.log_softmax(advantages / 0.5, -1)
@@ -209,10 +209,10 @@ def test_preference_contrast_draws_every_preference_and_keeps_the_exact_gradient
 
     def gradient(trainer, contrast_on: bool) -> dict:
         trainer.config.sampler.preference_contrast = contrast_on
-        learner = CounterfactualLearner(trainer)
+        learner = CounterfactualRecipe(trainer)
         trainer.optimizer.step = lambda: None  # keep the weights: only the gradient is compared
         trainer.optimizer.zero_grad = lambda set_to_none=True: None
-        metrics = learner.step(draws)
+        metrics, _ = learner.step(draws)
         grads = {name: p.grad.clone() for name, p in trainer.policy.named_parameters() if p.grad is not None}
         trainer.policy.zero_grad()
         return metrics, grads
@@ -263,20 +263,20 @@ def test_contrast_weight_adds_the_preference_deviation_term(tmp_path) -> None:
     losses = []
     for weight in (1.0, 5.0):
         trainer = counterfactual_trainer(tmp_path / f"w{weight}", steps=1, preferences=prefs, preference_contrast=True)
-        trainer.config.algorithm.contrast_weight = weight
+        trainer.config.counterfactual.contrast_weight = weight
         losses.append(trainer.step()["actor/pg_loss"])
     assert losses[1] > losses[0]  # same weights and draws; only the (non-negative) deviation term grew
 
 
 def test_cross_entropy_loss_learns_the_best_label_from_outcome_model_targets(tmp_path) -> None:
     """The shipped recipe's settings: outcome-model targets (expected rewards), distilled with cross-entropy."""
-    trainer = counterfactual_trainer(tmp_path / "run", loss="cross_entropy", algorithm={
-        "counterfactual_targets": "outcome_model", "norm_adv_by_std": "none", "counterfactual_score": "label",
-        "cost_floor": 0.1, "counterfactual_tau": 0.1})
+    trainer = counterfactual_trainer(tmp_path / "run", loss="cross_entropy",
+                                     algorithm={"norm_adv_by_std": "none", "cost_floor": 0.1},
+                                     counterfactual={"targets": "outcome_model", "score": "label", "tau": 0.1})
     history = trainer.fit(show_progress=False)
     assert history[-1]["calls/model/good-cheap"] > history[0]["calls/model/good-cheap"] + 0.2
     assert history[-1]["reward/mean"] > history[0]["reward/mean"]
-    outcome = next(iter(trainer._counterfactual._outcomes.values()))
+    outcome = next(iter(trainer.recipe()._outcomes.values()))
     assert outcome.targets is not None and len(outcome.targets) == len(outcome.labels)
 
 

@@ -260,12 +260,11 @@ def escalation_trainer(run_dir, steps: int = 10) -> Any:
         "seed": 0,
         "data": {"env": "fake-escalation", "train_batch_size": 4},
         "model": {"lora_rank": 8, "lora_alpha": 16},
-        "actor": {"ppo_mini_batch_size": 4, "ppo_micro_batch_size": 2, "entropy_coeff": 0.0,
-                  "optim": {"lr": 1e-2}},
-        "algorithm": {"adv_estimator": "counterfactual", "format_coef": 0.1, "counterfactual_loss": "cross_entropy",
-                      "counterfactual_targets": "escalation", "counterfactual_tau": 0.1,
-                      "counterfactual_score": "label", "escalation_prior_strength": 1.0, "escalation_max_consults": 1,
-                      "cost_floor": 0.3, "cost_scale": 1.0},
+        "recipe": "counterfactual",
+        "actor": {"ppo_micro_batch_size": 2, "entropy_coeff": 0.0, "optim": {"lr": 1e-2}},
+        "algorithm": {"cost_floor": 0.3, "cost_scale": 1.0},
+        "counterfactual": {"format_coef": 0.1, "loss": "cross_entropy", "targets": "escalation", "tau": 0.1,
+                           "score": "label", "escalation": {"prior_strength": 1.0, "max_consults": 1}},
         "sampler": {"min_labels": 3, "max_labels": 3, "shuffle_labels": False, "price_scale": [1.0, 1.0],
                     "tool_keep_prob": 1.0, "preferences": {"accuracy": 1.0}},
         "trainer": {"total_training_steps": steps, "save_freq": steps, "default_local_dir": str(run_dir),
@@ -278,10 +277,10 @@ def test_escalation_states_render_as_the_orchestrator_loop_renders_its_turns(tmp
     """The prompt of a later state is the live loop's messages for the same calls, token for token."""
     from toolorchestra.agent.prompt import initial_messages
 
-    from toolorchestra.train.counterfactual import CounterfactualLearner
+    from toolorchestra.train.recipes.counterfactual import CounterfactualRecipe
 
     trainer = escalation_trainer(tmp_path / "run", steps=1)
-    learner = CounterfactualLearner(trainer)
+    learner = CounterfactualRecipe(trainer)
     draw = trainer.sampler.draw(trainer.tasks[1])  # cheap declines t1: consult cheap, then escalate
     states = learner.draw_outcomes(draw)
     assert len(states) == 2 and states[0].history == []
@@ -312,10 +311,10 @@ def root_choice(trainer: Any, learner: Any, draw: Any) -> dict[str, float]:
 
 
 def test_escalation_training_learns_to_consult_the_cheap_model_first(tmp_path) -> None:
-    from toolorchestra.train.counterfactual import CounterfactualLearner
+    from toolorchestra.train.recipes.counterfactual import CounterfactualRecipe
 
     trainer = escalation_trainer(tmp_path / "run", steps=30)
-    learner = CounterfactualLearner(trainer)
+    learner = CounterfactualRecipe(trainer)
     draw = trainer.sampler.draw(trainer.tasks[0])
     before = root_choice(trainer, learner, draw)
     history = trainer.fit(show_progress=False)
@@ -339,12 +338,12 @@ def test_escalation_needs_the_expert_tool(tmp_path) -> None:
 
 
 def test_sibling_states_read_the_answers_of_the_roots_other_consultations(tmp_path) -> None:
-    from toolorchestra.train.counterfactual import CounterfactualLearner
+    from toolorchestra.train.recipes.counterfactual import CounterfactualRecipe
 
     trainer = escalation_trainer(tmp_path / "run", steps=1)
-    trainer.config.algorithm.escalation_max_consults = 2
-    trainer.config.algorithm.escalation_siblings = 1
-    learner = CounterfactualLearner(trainer)
+    trainer.config.counterfactual.escalation.max_consults = 2
+    trainer.config.counterfactual.escalation.siblings = 1
+    learner = CounterfactualRecipe(trainer)
     draw = trainer.sampler.draw(trainer.tasks[1])
     states = learner.draw_outcomes(draw)
     consulted = [json.loads(state.history[0]["tool_calls"][0]["function"]["arguments"])["model"]

@@ -14,7 +14,7 @@ from toolorchestra.envs.base import Task  # noqa: E402
 from toolorchestra.train.grpo import broadcast_advantages, low_var_kl, policy_loss  # noqa: E402
 from toolorchestra.train.rollout import Episode  # noqa: E402
 from toolorchestra.train.sampler import PromptDraw  # noqa: E402
-from toolorchestra.train.trainer import filter_episodes  # noqa: E402
+from toolorchestra.train.recipes.grpo import filter_episodes  # noqa: E402
 
 
 def test_two_token_loss_matches_hand_computation() -> None:

@@ -29,7 +29,7 @@ def write_config(tmp_path: Path, model_dir: Path) -> Path:
         "model": {"path": str(model_dir), "lora_rank": 4, "lora_alpha": 8},
         "actor": {"ppo_mini_batch_size": 1, "ppo_micro_batch_size": 2, "use_kl_loss": True, "optim": {"lr": 1e-2}},
         "rollout": {"n": 2, "response_length": 12, "max_assistant_turns": 2},
-        "algorithm": {"filter_min_reward_std": 0.0, "filter_invalid": False},
+        "grpo": {"filter_min_reward_std": 0.0, "filter_invalid": False},
         "sampler": {"min_labels": 2, "max_labels": 2, "tool_keep_prob": 0.5},
         "sft": {"steps": 2, "batch_size": 2, "max_tasks": 4},
         "trainer": {"total_training_steps": 4, "save_freq": 2, "torch_threads": 1, "save_merged_model": False},

@@ -27,8 +27,9 @@ def trained_checkpoint(tmp_path, lora_rank: int = 8):
         "seed": 0,
         "data": {"env": "fake-routing", "train_batch_size": 2},
         "model": {"path": str(base), "lora_rank": lora_rank, "lora_alpha": 16},
-        "actor": {"ppo_mini_batch_size": 2, "ppo_micro_batch_size": 2, "optim": {"lr": 5e-2}},
-        "algorithm": {"adv_estimator": "counterfactual"},
+        "actor": {"ppo_micro_batch_size": 2, "optim": {"lr": 5e-2}},
+        "recipe": "counterfactual",
+        "counterfactual": {"targets": "outcome_model"},
         "sampler": {"min_labels": 4, "max_labels": 4, "price_scale": [1.0, 1.0], "tool_keep_prob": 0.0},
         "trainer": {"total_training_steps": 2, "save_freq": 2, "default_local_dir": str(tmp_path / "run"),
                     "torch_threads": 1, "save_merged_model": False},
@@ -46,6 +47,10 @@ def test_exported_adapter_loads_by_name_and_matches_the_trained_policy(tmp_path,
         "README.md", "adapter_config.json", "adapter_model.safetensors", "orchestrator.json"]
     meta = json.loads((written / "orchestrator.json").read_text())
     assert meta["checkpoint_step"] == 2 and meta["estimator"] == "counterfactual"
+    training = meta["training"]  # the trainer's recipe.json: the recipe, its settings, the data, the commit
+    assert training["recipe"]["name"] == "counterfactual" and training["recipe"]["targets"] == "outcome_model"
+    assert training["data"]["env"] == "fake-routing" and training["config"]["trainer"]["total_training_steps"] == 2
+    assert training["git_commit"] is None or len(training["git_commit"]) == 40
 
     monkeypatch.setattr(adapters, "orchestrators_root", lambda: root)
     monkeypatch.setenv("TOOLORCHESTRA_CACHE", str(tmp_path / "cache"))

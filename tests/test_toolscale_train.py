@@ -16,7 +16,7 @@ from toolorchestra.envs.toolscale.tasks import gold_answer  # noqa: E402
 from toolorchestra.errors import ConfigError  # noqa: E402
 from toolorchestra.train.checkpoint import latest_checkpoint  # noqa: E402
 from toolorchestra.train.config import TrainConfig, load_train_config  # noqa: E402
-from toolorchestra.train.sft import build_gold_examples  # noqa: E402
+from toolorchestra.train.recipes.sft import build_gold_examples  # noqa: E402
 from toolorchestra.train.trainer import Trainer  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -56,21 +56,27 @@ def _tiny_llama(tokenizer):
 
 
 def _config(run_dir: Path, **overrides) -> TrainConfig:
-    config = {
+    """The sft recipe on toolscale:bank, or (with a trainer.total_training_steps override) the grpo recipe with
+    the rollout knobs only it reads."""
+    grpo = "total_training_steps" in overrides.get("trainer", {})
+    config: dict = {
+        "recipe": "grpo" if grpo else "sft",
         "seed": 3,
-        "data": {"env": "toolscale:bank", "train_batch_size": 2},
+        "data": {"env": "toolscale:bank"},
         "model": {"lora_rank": 4, "lora_alpha": 8},
-        "actor": {"stop_gradient_prefix": True, "ppo_mini_batch_size": 2, "ppo_micro_batch_size": 2},
-        "rollout": {"n": 2, "response_length": 8, "max_assistant_turns": 2, "generation_batch_size": 2,
-                    "max_episode_tokens": 8000, "cache_prompt_prefix": True},
-        "algorithm": {"filter_invalid": False},
+        "actor": {"stop_gradient_prefix": True},
         "sampler": {"tool_keep_prob": 1.0, "preference_contrast": False, "preferences": {"accuracy": 1.0}},
         "sft": {"targets": "gold_actions", "steps": 1, "batch_size": 2, "max_tasks": 16, "lr": 1e-3},
-        "trainer": {"total_training_steps": 0, "default_local_dir": str(run_dir), "torch_threads": 1,
-                    "save_merged_model": False},
+        "trainer": {"default_local_dir": str(run_dir), "torch_threads": 1, "save_merged_model": False},
     }
+    if grpo:
+        config["data"]["train_batch_size"] = 2
+        config["actor"].update({"ppo_mini_batch_size": 2, "ppo_micro_batch_size": 2})
+        config["rollout"] = {"n": 2, "response_length": 8, "max_assistant_turns": 2, "generation_batch_size": 2,
+                             "max_episode_tokens": 8000, "cache_prompt_prefix": True}
+        config["grpo"] = {"filter_invalid": False}
     for section, values in overrides.items():
-        config[section].update(values)
+        config.setdefault(section, {}).update(values)
     return TrainConfig.model_validate(config)
 
 
@@ -159,8 +165,8 @@ def test_cached_prefix_rollouts_sample_what_full_prefill_samples(tmp_path, bank,
 
 def test_nothing_to_train_is_a_config_error(tmp_path) -> None:
     path = tmp_path / "nothing.yaml"
-    path.write_text("trainer: {total_training_steps: 0}\n")
-    with pytest.raises(ConfigError, match="nothing to train"):
+    path.write_text("recipe: sft\n")
+    with pytest.raises(ConfigError, match="recipe sft needs sft.steps > 0"):
         load_train_config(path)
 
 
@@ -177,11 +183,11 @@ def test_gold_targets_on_an_env_without_gold_actions_stop_with_the_cause(tmp_pat
 
     tokenizer = tiny_tokenizer()
     config = TrainConfig.model_validate({
-        "data": {"env": "fake-routing", "train_batch_size": 1},
+        "recipe": "sft",
+        "data": {"env": "fake-routing"},
         "model": {"lora_rank": 4, "lora_alpha": 8},
-        "actor": {"ppo_mini_batch_size": 1},
         "sft": {"targets": "gold_actions", "steps": 1, "max_tasks": 4},
-        "trainer": {"total_training_steps": 0, "default_local_dir": str(tmp_path), "save_merged_model": False},
+        "trainer": {"default_local_dir": str(tmp_path), "save_merged_model": False},
     })
     trainer = Trainer(config, env=FakeRoutingEnv(), model=tiny_llama(tokenizer), tokenizer=tokenizer)
     with pytest.raises(TrainingError, match="no task carries meta gold_actions"):
@@ -194,7 +200,7 @@ def test_by_subtask_sample_gives_rare_families_an_equal_share() -> None:
     from collections import Counter
 
     from toolorchestra.envs.base import Task
-    from toolorchestra.train.sft import sample_by_subtask
+    from toolorchestra.train.recipes.sft import sample_by_subtask
 
     tasks = [Task(id=f"l{i}", prompt="q", subtask="bank/lookup") for i in range(90)]
     tasks += [Task(id=f"w{i}", prompt="q", subtask="bank/multi_write") for i in range(3)]
@@ -223,14 +229,14 @@ def test_gold_answer_names_the_field_each_fact_was_read_from(bank) -> None:
 
 
 def test_bfloat16_compute_dtype_gives_the_float32_logprobs_closely(tmp_path, bank, smollm2_tokenizer) -> None:
-    from toolorchestra.train.sft import _pad
+    from toolorchestra.train.grpo import pad_rows
 
     trainer = _trainer(tmp_path / "run", smollm2_tokenizer, bank, sft={"max_tasks": 2})
-    ids, attention, mask = _pad(build_gold_examples(trainer)[:2], trainer.rollout.pad_id, trainer.policy.device)
+    ids, attention, mask = pad_rows(build_gold_examples(trainer)[:2], trainer.rollout.pad_id, trainer.policy.device)
     values = {}
     for dtype in ("float32", "bfloat16"):
         trainer.config.model.compute_dtype = dtype
-        logprobs, _ = trainer._logprobs(ids, attention, mask, 1.0)
+        logprobs, _ = trainer.logprobs(ids, attention, mask, 1.0)
         assert logprobs.dtype == torch.float32  # the loss itself stays in float32
         values[dtype] = (logprobs * mask).sum() / mask.sum()
     assert abs(float(values["float32"]) - float(values["bfloat16"])) < 0.05 * abs(float(values["float32"]))

@@ -35,7 +35,7 @@ def routerbench_config(run_dir: Path, **sections: dict) -> dict:
         "model": {"lora_rank": 4, "lora_alpha": 8},
         "actor": {"ppo_mini_batch_size": 1, "ppo_micro_batch_size": 2, "use_kl_loss": True, "optim": {"lr": 1e-2}},
         "rollout": {"n": 2, "response_length": 48, "max_assistant_turns": 1},
-        "algorithm": {"filter_min_reward_std": 0.0, "filter_invalid": False},
+        "grpo": {"filter_min_reward_std": 0.0, "filter_invalid": False},
         "sampler": {"min_labels": 2, "max_labels": 2},
         "sft": {"steps": 2, "batch_size": 2, "max_tasks": 4},
         "trainer": {"total_training_steps": 1, "save_freq": 1, "default_local_dir": str(run_dir), "torch_threads": 1,

@@ -26,7 +26,7 @@ def device_config(run_dir: Path, device: str) -> TrainConfig:
         # Two mini-batches: the old log-probs come from the reference pass, and the KL pass runs too.
         "actor": {"ppo_mini_batch_size": 1, "ppo_micro_batch_size": 2, "use_kl_loss": True, "kl_loss_coef": 0.01,
                   "optim": {"lr": 1e-2}},
-        "algorithm": {"filter_min_reward_std": 0.0, "filter_invalid": False},
+        "grpo": {"filter_min_reward_std": 0.0, "filter_invalid": False},
         "rollout": {"n": 3, "response_length": 24, "max_assistant_turns": 2, "generation_batch_size": 6},
         "sampler": {"label_style": "numbered"},
         "sft": {"steps": 12, "batch_size": 4, "lr": 1e-2, "max_tasks": 6},
@@ -42,7 +42,7 @@ def test_warm_start_and_a_step_with_an_update_run_on_the_policy_device(tmp_path,
     trainer = Trainer(config, env=FakeRoutingEnv(), model=model, tokenizer=tokenizer)
     assert trainer.policy.device.type == device
 
-    sft = trainer.warm_start()  # SFT batches (sft._pad) on the device; teaches the answer call
+    sft = trainer.warm_start()  # SFT batches (grpo.pad_rows) on the device; teaches the answer call
     assert sft["sft_examples"] > 0 and math.isfinite(sft["sft_loss_last"])
     before = {name: param.detach().clone() for name, param in trainer.policy.named_parameters()
               if param.requires_grad}

@@ -101,7 +101,10 @@ def export_adapter(checkpoint: Path, out_dir: Path, *, card: str | None = None,
     adapter_config.write_text(json.dumps({**json.loads(adapter_config.read_text()),
                                           "base_model_name_or_path": config.model.path}, indent=2) + "\n")
     meta = {"base_model": config.model.path, "checkpoint_step": state["step"],
-            "env": config.data.env, "estimator": config.algorithm.adv_estimator, **(extra or {})}
+            "env": config.data.env, "estimator": config.recipe, **(extra or {})}
+    recipe = checkpoint / "recipe.json"  # written by the trainer beside each checkpoint (train/trainer.py)
+    if recipe.is_file():
+        meta["training"] = json.loads(recipe.read_text())
     (staging / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
     if card:
         (staging / "README.md").write_text(card)

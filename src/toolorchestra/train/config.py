@@ -8,10 +8,9 @@ lists the mapping.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-
 
 
 class _Strict(BaseModel):
@@ -101,42 +100,8 @@ class RolloutConfig(_Strict):
 
 
 class AlgorithmConfig(_Strict):
-    adv_estimator: Literal["grpo", "counterfactual"] = Field(
-        "grpo", description="grpo: sampled episodes, group-normalized advantages (the paper's path); "
-        "counterfactual: the exact expected reward over every answer label of a replay world, no sampling "
-        "(train/counterfactual.py)")
-    format_coef: float = Field(
-        1.0, ge=0, description="counterfactual: weight of log p(some valid answer call), which teaches the format")
-    counterfactual_loss: Literal["expected", "regression", "cross_entropy"] = Field(
-        "regression", description="counterfactual: 'expected' maximizes the exact expected advantage sum_l q_l A_l "
-        "(its gradient vanishes once q collapses onto one label); 'regression' fits the label log-probs, centered "
-        "over the labels, to A / counterfactual_tau by least squares, whose optimum is q ∝ exp(E[A | prompt] / tau); "
-        "'cross_entropy' distills q onto softmax(A / counterfactual_tau) (same optimum, bounded gradient)")
-    counterfactual_targets: Literal["recorded", "outcome_model", "escalation"] = Field(
-        "recorded", description="counterfactual: learn from each label's recorded reward on the question "
-        "('recorded'), or from its expected reward when each model is right with the probability an outcome model "
-        "fitted on the train split gives (train/outcome_model.py; costs and latencies stay the recorded ones), or "
-        "('escalation') consult models one at a time and learn every action's value at each state a question "
-        "passes through (train/escalation.py; needs the expert tool: sampler.tool_keep_prob 1)")
-    escalation_max_consults: int = Field(
-        2, ge=1, le=4, description="escalation targets: most expert consultations before the answer")
-    escalation_top_k: int | None = Field(
-        None, ge=2, description="escalation targets: score only the k best actions of each state (None: all)")
-    escalation_siblings: int = Field(
-        0, ge=0, description="escalation targets: also train on the states after the root's next best this many "
-        "consultations (each model's real answer to the question: more answers to read per question)")
-    escalation_prior_strength: float = Field(
-        20.0, ge=0, description="escalation targets: pseudo-questions of the parent state's estimates added at "
-        "every state (shrinks the estimates of states that few train questions reach)")
-    contrast_weight: float = Field(
-        1.0, ge=0, description="counterfactual regression with sampler.preference_contrast: weight of each "
-        "preference's deviation from the task's mean regression error (1 = plain least squares)")
-    counterfactual_tau: float = Field(
-        0.5, gt=0, description="counterfactual regression: temperature of the target policy exp(A / tau)")
-    counterfactual_score: Literal["call", "label"] = Field(
-        "call", description="counterfactual: score each label's whole answer call ('call', exact) or only up to "
-        "the first token after the label ('label': the rest of the call is the same for every label and forced "
-        "by the schema under guided decoding; about half the compute)")
+    """The reward every RL recipe shapes its advantages with (grpo, counterfactual; sft reads the cost terms)."""
+
     norm_adv_by_std: Literal["group", "batch", "none"] = Field(
         "group", description="divide advantages by the reward std of the group, of the batch, or not at all; for "
         "the counterfactual regression, 'none' makes the greedy label the one with the best expected reward (a "
@@ -149,8 +114,55 @@ class AlgorithmConfig(_Strict):
         1.0, gt=0, description="multiply every preference's cost weight in the reward by this before cost_floor "
         "applies (1 = the paper's vectors); with a pool whose dearest label costs 100x the others, the normalized "
         "cost differences among the rest are tiny and only a larger weight makes 'low cost' prefer the cheaper")
+
+
+class GRPOConfig(_Strict):
+    """The grpo recipe (train/recipes/grpo.py): sampled episodes, group-normalized advantages, the clipped
+    policy loss of `actor` (the paper's path). Its sampling knobs are `rollout`'s."""
+
     filter_min_reward_std: float = Field(0.1, ge=0, description="drop groups whose reward std is below this")
     filter_invalid: bool = Field(True, description="drop episodes without a valid final answer or with malformed calls")
+
+
+class EscalationConfig(_Strict):
+    """counterfactual.targets escalation: consult models one at a time (train/escalation.py)."""
+
+    max_consults: int = Field(2, ge=1, le=4, description="most expert consultations before the answer")
+    top_k: int | None = Field(None, ge=2, description="score only the k best actions of each state (None: all)")
+    siblings: int = Field(
+        0, ge=0, description="also train on the states after the root's next best this many consultations (each "
+        "model's real answer to the question: more answers to read per question)")
+    prior_strength: float = Field(
+        20.0, ge=0, description="pseudo-questions of the parent state's estimates added at every state (shrinks "
+        "the estimates of states that few train questions reach)")
+
+
+class CounterfactualConfig(_Strict):
+    """The counterfactual recipe (train/recipes/counterfactual.py): the exact expected reward over every answer
+    label of a replay world, no sampling."""
+
+    targets: Literal["recorded", "outcome_model", "escalation"] = Field(
+        "recorded", description="learn from each label's recorded reward on the question ('recorded'), or from its "
+        "expected reward when each model is right with the probability an outcome model fitted on the train "
+        "split gives ('outcome_model': train/outcome_model.py; costs and latencies stay the recorded ones), or "
+        "('escalation') consult models one at a time and learn every action's value at each state a question "
+        "passes through (train/escalation.py; needs the expert tool: sampler.tool_keep_prob 1)")
+    loss: Literal["expected", "regression", "cross_entropy"] = Field(
+        "regression", description="'expected' maximizes the exact expected advantage sum_l q_l A_l (its gradient "
+        "vanishes once q collapses onto one label); 'regression' fits the label log-probs, centered over the "
+        "labels, to A / tau by least squares, whose optimum is q ∝ exp(E[A | prompt] / tau); 'cross_entropy' "
+        "distills q onto softmax(A / tau) (same optimum, bounded gradient)")
+    tau: float = Field(0.5, gt=0, description="temperature of the target policy exp(A / tau)")
+    score: Literal["call", "label"] = Field(
+        "call", description="score each label's whole answer call ('call', exact) or only up to the first token "
+        "after the label ('label': the rest of the call is the same for every label and forced by the schema "
+        "under guided decoding; about half the compute)")
+    format_coef: float = Field(
+        1.0, ge=0, description="weight of log p(some valid answer call), which teaches the format")
+    contrast_weight: float = Field(
+        1.0, ge=0, description="regression with sampler.preference_contrast: weight of each preference's "
+        "deviation from the task's mean regression error (1 = plain least squares)")
+    escalation: EscalationConfig = Field(default_factory=EscalationConfig)
 
 
 class SamplerConfig(_Strict):
@@ -196,9 +208,10 @@ class SamplerConfig(_Strict):
 
 
 class SFTConfig(_Strict):
-    """Optional warm start: supervised steps on valid one-call episodes found by trying every answer label."""
+    """The sft recipe (train/recipes/sft.py), and the optional warm start of grpo and counterfactual runs:
+    supervised steps on valid episodes found by trying every answer label, or on gold actions."""
 
-    steps: int = Field(0, ge=0, description="0 = no SFT stage")
+    steps: int = Field(0, ge=0, description="supervised steps; under grpo/counterfactual 0 = no warm start")
     batch_size: int = Field(8, ge=1)
     lr: float = Field(1e-4, gt=0)
     max_tasks: int = Field(64, ge=1, description="train tasks used to build examples")
@@ -216,8 +229,8 @@ class SFTConfig(_Strict):
 
 
 class TrainerConfig(_Strict):
-    total_training_steps: int = Field(10, ge=0, description="GRPO steps; 0 = the SFT warm start only (saved as "
-                                      "checkpoint step_0, a start for model.init_checkpoint)")
+    total_training_steps: int = Field(10, ge=1, description="steps of the grpo or counterfactual recipe (the sft "
+                                      "recipe runs sft.steps and saves checkpoint step_0)")
     save_freq: int = Field(5, ge=1, description="checkpoint every N steps (and at the end)")
     default_local_dir: str = Field("runs/train", description="checkpoints, metrics.jsonl, tensorboard/")
     experiment_name: str = "routerbench-smollm2"
@@ -226,37 +239,136 @@ class TrainerConfig(_Strict):
     log_trajectories: bool = True
 
 
+RECIPES = ("grpo", "counterfactual", "sft")
+
+# Knobs that only some recipes read, by dotted name (a section name covers all its fields). Setting one under
+# another recipe is an error naming it, so no knob is silently ignored. Everything else is read by every recipe.
+READ_ONLY_BY: dict[str, tuple[str, ...]] = {
+    "grpo": ("grpo",),
+    "counterfactual": ("counterfactual",),
+    "rollout.n": ("grpo",), "rollout.top_p": ("grpo",), "rollout.response_length": ("grpo",),
+    "rollout.max_assistant_turns": ("grpo",), "rollout.max_episode_tokens": ("grpo",),
+    "rollout.generation_batch_size": ("grpo",), "rollout.share_prompt_prefill": ("grpo",),
+    "rollout.cache_prompt_prefix": ("grpo",), "rollout.orchestrator_latency": ("grpo",),
+    "rollout.temperature": ("grpo", "counterfactual"),
+    "actor.ppo_mini_batch_size": ("grpo",), "actor.ppo_epochs": ("grpo",), "actor.clip_ratio_low": ("grpo",),
+    "actor.clip_ratio_high": ("grpo",), "actor.clip_ratio_c": ("grpo",), "actor.use_kl_loss": ("grpo",),
+    "actor.kl_loss_coef": ("grpo",), "actor.kl_loss_type": ("grpo",), "actor.loss_agg_mode": ("grpo",),
+    "actor.entropy_coeff": ("grpo", "counterfactual"), "actor.ppo_micro_batch_size": ("grpo", "counterfactual"),
+    "actor.optim": ("grpo", "counterfactual"),  # the sft recipe steps its own AdamW at sft.lr
+    "algorithm.norm_adv_by_std": ("grpo", "counterfactual"),
+    "data.train_batch_size": ("grpo", "counterfactual"),  # sft draws sft.batch_size examples per step
+    "trainer.total_training_steps": ("grpo", "counterfactual"),  # sft runs sft.steps
+    "trainer.save_freq": ("grpo", "counterfactual"),
+}
+
+
 class TrainConfig(_Strict):
+    """One training run: `recipe` picks how the policy learns; the other sections are the trainer's (data,
+    model, optimizer, sampler, checkpoints) or a recipe's own (grpo, counterfactual, sft)."""
+
+    recipe: Literal["grpo", "counterfactual", "sft"] = Field(
+        "grpo", description="grpo: sampled episodes in a live env (train/recipes/grpo.py); counterfactual: every "
+        "answer label of a replay world scored exactly (train/recipes/counterfactual.py); sft: supervised steps "
+        "only, saved as checkpoint step_0 (train/recipes/sft.py; under the others, sft.steps > 0 is a warm start)")
     seed: int = 0
     data: DataConfig = Field(default_factory=DataConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
     actor: ActorConfig = Field(default_factory=ActorConfig)
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    grpo: GRPOConfig = Field(default_factory=GRPOConfig)
+    counterfactual: CounterfactualConfig = Field(default_factory=CounterfactualConfig)
     sampler: SamplerConfig = Field(default_factory=SamplerConfig)
     sft: SFTConfig = Field(default_factory=SFTConfig)
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
 
     @model_validator(mode="after")
-    def _batch_sizes(self) -> "TrainConfig":
+    def _check(self) -> "TrainConfig":
+        unread = [(name, readers) for name, readers in knobs_set(self) if self.recipe not in readers]
+        if unread:
+            name, readers = unread[0]
+            raise ValueError(f"{name} is read only by recipe {' or '.join(readers)}, and this config's recipe is "
+                             f"{self.recipe}: remove it (or set recipe: {readers[0]})")
         if self.actor.use_kl_loss and self.model.lora_rank == 0:
             raise ValueError(
                 "actor.use_kl_loss needs LoRA (model.lora_rank > 0): the reference policy is the model with its "
                 "adapter disabled, so full fine-tuning has no reference without a second copy"
             )
-        if self.trainer.total_training_steps == 0 and self.sft.steps == 0:
-            raise ValueError("trainer.total_training_steps is 0 and sft.steps is 0: nothing to train; set "
-                             "sft.steps for an SFT-only run or total_training_steps for GRPO")
-        if self.data.train_batch_size % self.actor.ppo_mini_batch_size:
+        if self.recipe == "sft" and self.sft.steps == 0:
+            raise ValueError("recipe sft needs sft.steps > 0")
+        if self.recipe == "grpo" and self.data.train_batch_size % self.actor.ppo_mini_batch_size:
             raise ValueError(
                 f"actor.ppo_mini_batch_size ({self.actor.ppo_mini_batch_size}) must divide "
                 f"data.train_batch_size ({self.data.train_batch_size})"
             )
         return self
 
+    def recipe_section(self) -> dict[str, Any]:
+        """The chosen recipe's own settings, as orchestrator.json records them."""
+        return {"name": self.recipe, **getattr(self, self.recipe).model_dump(mode="json")}
+
+
+def knobs_set(config: BaseModel, prefix: str = "") -> list[tuple[str, tuple[str, ...]]]:
+    """(dotted name, recipes that read it) for every knob that only some recipes read and that is set (in the
+    YAML or the dict) to other than its default. A default is harmless: a saved checkpoint's full config dump
+    names every knob."""
+    found = []
+    for name in sorted(config.model_fields_set):
+        dotted = f"{prefix}{name}"
+        value = getattr(config, name)
+        if dotted in READ_ONLY_BY:
+            if value != type(config).model_fields[name].get_default(call_default_factory=True):
+                found.append((dotted, READ_ONLY_BY[dotted]))
+        elif isinstance(value, BaseModel):
+            found += knobs_set(value, dotted + ".")
+    return found
+
+
+def merge(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
+    """`base` with `overlay`'s keys on top; mappings merge key by key, anything else is replaced."""
+    merged = dict(base)
+    for key, value in overlay.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def resolve_defaults(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """The YAML at `path` with its `defaults:` list applied: each listed file (relative to this one, itself
+    resolved the same way) merged in order, then this file's own keys last."""
+    from toolorchestra.catalog.load import read_yaml
+    from toolorchestra.errors import ConfigError
+
+    data = read_yaml(path)
+    data = {} if data is None else data
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of config sections; got {type(data).__name__}")
+    defaults = data.pop("defaults", [])
+    if not isinstance(defaults, list) or not all(isinstance(item, str) for item in defaults):
+        raise ConfigError(f"{path}: field defaults: expected a list of YAML paths relative to this file")
+    merged: dict[str, Any] = {}
+    for item in defaults:
+        base = (path.parent / item).resolve()
+        if base in seen or base == path.resolve():
+            raise ConfigError(f"{path}: field defaults: {item} includes itself")
+        if not base.is_file():
+            raise ConfigError(f"{path}: field defaults: {item}: file not found ({base})")
+        merged = merge(merged, resolve_defaults(base, seen + (path.resolve(),)))
+    return merge(merged, data)
+
 
 def load_train_config(path: Path | str) -> TrainConfig:
-    """Read and validate a training YAML; errors name the file and the field."""
-    from toolorchestra.catalog.load import load_yaml_model
+    """Read and validate a training YAML (with its `defaults:` bases); errors name the file and the field."""
+    from pydantic import ValidationError
 
-    return load_yaml_model(path, TrainConfig, "a mapping of config sections", empty_ok=True)
+    from toolorchestra.catalog.load import format_validation_error
+    from toolorchestra.errors import ConfigError
+
+    data = resolve_defaults(Path(path))
+    try:
+        return TrainConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(path, exc)) from None

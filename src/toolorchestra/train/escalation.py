@@ -17,8 +17,8 @@ states up to `max_consults` consultations gives each action's value under a pref
 
 the paper's outcome + weighted efficiency, with dollars and seconds scaled by the dearest model's mean (the
 pool-wide scale that the reward's min-max normalization uses). The counterfactual trainer distills these
-values into the policy at the states a question actually passes through (train/counterfactual.py,
-`algorithm.counterfactual_targets: escalation`).
+values into the policy at the states a question actually passes through (train/recipes/counterfactual.py,
+`counterfactual.targets: escalation`).
 """
 
 from __future__ import annotations
@@ -223,10 +223,10 @@ class EscalationTargets:
 
         models = getattr(env, "models", None)
         if models is None or not hasattr(env, "record") or not hasattr(env, "call_cost"):
-            raise TrainingError(f"algorithm.counterfactual_targets: escalation needs recorded outcomes of every "
+            raise TrainingError(f"counterfactual.targets: escalation needs recorded outcomes of every "
                                 f"model (a replay world); env {env.name!r} has none")
         if len(tasks) < 2 * folds:
-            raise TrainingError(f"algorithm.counterfactual_targets: escalation needs at least {2 * folds} train "
+            raise TrainingError(f"counterfactual.targets: escalation needs at least {2 * folds} train "
                                 f"tasks to cross-fit on; got {len(tasks)}")
         self.env = env
         self.models = list(models())

@@ -138,3 +138,19 @@ def aggregate(per_token: "torch.Tensor", mask: "torch.Tensor", mode: LossAggMode
     if mode == "seq-mean-token-mean":
         return (token_sums / mask.sum(-1).clamp(min=1)).sum() / sequences
     raise ValueError(f"unknown loss_agg_mode {mode!r}")
+
+
+def pad_rows(rows: list[tuple[list[int], list[int]]], pad_id: int, device: Any) -> tuple[Any, Any, Any]:
+    """(token ids, loss mask) rows right-padded: ids and attention [B, T], and the loss mask aligned to the
+    next-token log-probs [B, T-1]."""
+    import torch
+
+    width = max(len(ids) for ids, _ in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(rows), width), dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.float32)
+    for row, (tokens, loss_mask) in enumerate(rows):
+        ids[row, :len(tokens)] = torch.tensor(tokens)
+        attention[row, :len(tokens)] = 1
+        mask[row, :len(tokens)] = torch.tensor(loss_mask, dtype=torch.float32)
+    return ids.to(device), attention.to(device), mask[:, 1:].to(device)

@@ -1,7 +1,7 @@
 """Outcome models for counterfactual targets: how likely each model is to answer a training task right.
 
 A replay world records whether each model was right on each question, and the counterfactual estimator
-(train/counterfactual.py) can score every answer label with those recorded grades. On one question they are
+(train/recipes/counterfactual.py) can score every answer label with those recorded grades. On one question they are
 mostly noise: which of several similar models happened to be right is not predictable from the question, yet it
 dominates the target, and the label the policy favours drifts from step to step with the questions drawn.
 An outcome model replaces each recorded grade by a probability estimated over the train split; the expected
@@ -34,10 +34,10 @@ class SubtaskOutcomeModel:
         record = getattr(env, "record", None)
         models = getattr(env, "models", None)
         if record is None or models is None:
-            raise TrainingError(f"algorithm.counterfactual_targets: outcome_model needs recorded outcomes of every "
+            raise TrainingError(f"counterfactual.targets: outcome_model needs recorded outcomes of every "
                                 f"model (a replay world); env {env.name!r} has none")
         if not tasks:
-            raise TrainingError("algorithm.counterfactual_targets: outcome_model has no train task to fit on")
+            raise TrainingError("counterfactual.targets: outcome_model has no train task to fit on")
         self.models: list[str] = list(models())
         grades = np.array([[float(record(task.id, model).correct) for model in self.models] for task in tasks])
         self._means = SubtaskMeanGrades().fit(tasks, grades)
@@ -51,6 +51,6 @@ class SubtaskOutcomeModel:
         try:
             right = self._means.predict([task])[0]
         except ValueError:
-            raise TrainingError("algorithm.counterfactual_targets: outcome_model needs at least two train tasks") \
+            raise TrainingError("counterfactual.targets: outcome_model needs at least two train tasks") \
                 from None
         return [float(right[self._index[model]]) for model in models]

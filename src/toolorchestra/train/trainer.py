@@ -1,7 +1,11 @@
-"""The GRPO trainer: sample prompts, play B x G episodes, reward, filter, update, log, checkpoint.
+"""The trainer: it owns the model, optimizer, sampler, checkpoints and logging; a recipe (train/recipes/)
+says how one step learns.
 
-`Trainer(config).step()` runs one step and returns its metrics, so benchmarks can time a step; `fit()` runs
-the whole schedule with a progress bar, TensorBoard and metrics.jsonl logging and periodic checkpoints.
+`Trainer(config).step()` draws a batch, hands it to the config's recipe (grpo or counterfactual) and logs the
+step's metrics, so benchmarks can time a step; `fit()` runs the whole schedule (the sft recipe or warm start
+first) with a progress bar, TensorBoard and metrics.jsonl logging and periodic checkpoints. Recipes use the
+trainer only through its public interface: `config`, `env`, `tasks`, `policy`, `rollout`, `renderer`,
+`global_step`, `logprobs()`, `trainable_parameters()`, `optimizer_step()`.
 """
 
 from __future__ import annotations
@@ -15,14 +19,28 @@ from pathlib import Path
 from typing import Any
 
 from toolorchestra.envs.base import Env, Task
-from toolorchestra.reward import batch_advantages, group_rewards, reward_std, with_cost_floor
 from toolorchestra.train.checkpoint import load_trainable, latest_checkpoint, load_checkpoint, save_checkpoint
 from toolorchestra.train.config import TrainConfig
-from toolorchestra.train.health import check_rollouts
 from toolorchestra.train.rollout import Episode, RolloutEngine
 from toolorchestra.train.sampler import TaskSampler
 
+RECIPE_FILE = "recipe.json"
 TIMING_KEYS = ("step_time_s", "rollout_time_s", "update_time_s", "tokens_per_s", "train_tokens_per_s")
+
+
+def recipe_record(config: TrainConfig, step: int) -> dict[str, Any]:
+    """The recipe, its settings, the data and the code commit behind a checkpoint (RECIPE_FILE)."""
+    import subprocess
+
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
+                                cwd=Path(__file__).parent).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        commit = None  # an installed package outside a git checkout
+    return {"recipe": config.recipe_section(), "warm_start": config.sft.model_dump(mode="json")
+            if config.recipe != "sft" and config.sft.steps > 0 else None,
+            "data": config.data.model_dump(mode="json"), "steps": step, "git_commit": commit,
+            "config": config.model_dump(mode="json")}
 
 
 def load_env(name: str) -> Env:
@@ -138,7 +156,7 @@ class Trainer:
         self.rollout = RolloutEngine(self.policy, tokenizer, self.env, config.rollout,
                                      max_question_chars=config.data.max_question_chars)
         self.global_step = 0
-        self._counterfactual: Any = None
+        self._recipe: Any = None
         self._writer: Any = None
         self.metrics_path = self.run_dir / "metrics.jsonl"
         if resume:
@@ -155,135 +173,17 @@ class Trainer:
                               f"{self.config.data.split!r}")
         return tasks
 
-    # ---- one step -------------------------------------------------------------------------------
-    def step(self) -> dict[str, Any]:
-        """One GRPO step: rollouts, rewards, filters, policy update. Returns the step's metrics."""
-        import torch
+    # ---- the public interface recipes use ------------------------------------------------------
+    @property
+    def renderer(self) -> Any:
+        """Token-in/token-out chat rendering of the policy (prompts, calls, turns)."""
+        return self.rollout.renderer
 
-        started = time.perf_counter()
-        draws = self.sampler.next_batch(self.config.data.train_batch_size)
-        if self.config.algorithm.adv_estimator == "counterfactual":
-            return self._counterfactual_step(draws, started)
-        self.policy.eval()
-        saved_before = self.rollout.prefill_stats["prefill_tokens_saved"]
-        with torch.no_grad():
-            episodes = self.rollout.run(draws)
-        check_rollouts(episodes, self.global_step + 1)  # a broken env stops the run with its errors
-        rollout_time = time.perf_counter() - started
-        groups = [[episode for episode in episodes if episode.group == index] for index in range(len(draws))]
-        rewards = [group_rewards([e.features() for e in group], [e.correct for e in group],
-                                 with_cost_floor(draws[index].preference.weights(), self.config.algorithm.cost_floor,
-                                                 self.config.algorithm.cost_scale))
-                   for index, group in enumerate(groups)]
-        advantages = batch_advantages(rewards, self.config.algorithm.norm_adv_by_std)
-        for group, group_rewards_, group_advantages_ in zip(groups, rewards, advantages):
-            for episode, reward, advantage in zip(group, group_rewards_, group_advantages_):
-                episode.reward, episode.advantage = reward, advantage
-        algorithm = self.config.algorithm
-        kept, filter_metrics = filter_episodes(groups, rewards, algorithm.filter_min_reward_std,
-                                               algorithm.filter_invalid)
-        update_started = time.perf_counter()
-        update_metrics = self._update(kept) if kept else {}
-        update_time = time.perf_counter() - update_started
-        self.global_step += 1
-        metrics: dict[str, Any] = {"step": self.global_step}
-        metrics.update(_episode_metrics(episodes))
-        metrics.update(filter_metrics)
-        metrics.update(update_metrics)
-        generated = sum(sum(episode.loss_mask) for episode in episodes)
-        metrics.update({
-            "generated_tokens": generated,
-            "prefill_tokens_saved": self.rollout.prefill_stats["prefill_tokens_saved"] - saved_before,
-            "rollout_time_s": rollout_time, "update_time_s": update_time,
-            "tokens_per_s": generated / rollout_time if rollout_time > 0 else 0.0,
-            "step_time_s": time.perf_counter() - started,
-        })
-        if update_metrics.get("train_tokens"):
-            metrics["train_tokens_per_s"] = update_metrics["train_tokens"] / max(update_time, 1e-9)
-        self._log(metrics, episodes)
-        return metrics
+    def trainable_parameters(self) -> list[Any]:
+        return [param for param in self.policy.parameters() if param.requires_grad]
 
-    def _counterfactual_step(self, draws: list[Any], started: float) -> dict[str, Any]:
-        """One step of the counterfactual estimator (train/counterfactual.py): no rollouts; every label's
-        recorded outcome and the exact expected reward under the policy."""
-        if self._counterfactual is None:
-            from toolorchestra.train.counterfactual import CounterfactualLearner
-
-            self._counterfactual = CounterfactualLearner(self)
-        self.global_step += 1
-        metrics: dict[str, Any] = {"step": self.global_step, **self._counterfactual.step(draws)}
-        metrics["step_time_s"] = time.perf_counter() - started
-        metrics["train_tokens_per_s"] = metrics["train_tokens"] / max(metrics["update_time_s"], 1e-9)
-        self._log(metrics, [])
-        return metrics
-
-    def _update(self, episodes: list[Episode]) -> dict[str, float]:
-        import torch
-
-        from toolorchestra.train.grpo import policy_loss
-
-        actor = self.config.actor
-        temperature = self.config.rollout.temperature
-        batch = _pad_batch(episodes, self.rollout.pad_id, self.policy.device)
-        advantages = torch.tensor([episode.advantage for episode in episodes], dtype=torch.float32,
-                                  device=batch["ids"].device)
-        minibatches = _split(list(range(len(episodes))), self.config.data.train_batch_size // actor.ppo_mini_batch_size)
-        # With one update per batch the policy that sampled is the policy being scored, so the "old" log-probs
-        # are the current ones, detached (the ratio is 1, as in verl); a separate no-grad pass would only
-        # recompute them. With several updates they are recorded once before the first.
-        on_policy = actor.ppo_epochs == 1 and len(minibatches) == 1
-        old_logprobs, ref_logprobs, entropy_sum = self._reference_passes(batch, temperature, not on_policy)
-        totals = Counter()
-        self.policy.train()
-        for _ in range(actor.ppo_epochs):
-            for minibatch in minibatches:
-                global_tokens = int(batch["mask"][minibatch].sum())
-                for start in range(0, len(minibatch), actor.ppo_micro_batch_size):
-                    rows = minibatch[start:start + actor.ppo_micro_batch_size]
-                    logprobs, entropy = self._logprobs(batch["ids"][rows], batch["attention"][rows],
-                                                       batch["mask"][rows], temperature, with_entropy=on_policy)
-                    if on_policy:
-                        old = logprobs.detach()
-                        entropy_sum += float((entropy * batch["mask"][rows]).sum())
-                    else:
-                        old = old_logprobs[rows]
-                    loss, stats = policy_loss(
-                        logprobs, old, advantages[rows], batch["mask"][rows],
-                        clip_ratio_low=actor.clip_ratio_low, clip_ratio_high=actor.clip_ratio_high,
-                        clip_ratio_c=actor.clip_ratio_c,
-                        ref_logprobs=ref_logprobs[rows] if ref_logprobs is not None else None,
-                        kl_coef=actor.kl_loss_coef if actor.use_kl_loss else 0.0,
-                        loss_agg_mode=actor.loss_agg_mode, global_tokens=max(global_tokens, 1),
-                        global_sequences=len(minibatch),
-                    )
-                    loss.backward()
-                    totals["loss"] += float(loss.detach())
-                    totals["clipped"] += stats.pg_clipfrac
-                    totals["kl"] += stats.kl
-                    totals["ratio"] += stats.ratio
-                    totals["tokens"] += stats.tokens
-                grad_norm = torch.nn.utils.clip_grad_norm_(
-                    [p for p in self.policy.parameters() if p.requires_grad], actor.grad_clip)
-                totals["grad_norm"] += float(grad_norm)
-                totals["updates"] += 1
-                self.optimizer.step()
-                self.optimizer.zero_grad(set_to_none=True)
-        self.policy.eval()
-        tokens = max(totals["tokens"], 1)
-        train_tokens = int(batch["mask"].sum())
-        return {
-            "actor/pg_loss": totals["loss"] / max(totals["updates"], 1),
-            "actor/pg_clipfrac": totals["clipped"] / tokens,
-            "actor/kl": totals["kl"] / tokens if ref_logprobs is not None else 0.0,
-            "actor/ratio_mean": totals["ratio"] / tokens,
-            "actor/grad_norm": totals["grad_norm"] / max(totals["updates"], 1),
-            "actor/entropy": entropy_sum / max(train_tokens, 1),
-            "train_tokens": train_tokens * actor.ppo_epochs,
-            "train_episodes": len(episodes),
-        }
-
-    def _logprobs(self, ids: Any, attention: Any, mask: Any, temperature: float,
-                  with_entropy: bool = False) -> tuple[Any, Any]:
+    def logprobs(self, ids: Any, attention: Any, mask: Any, temperature: float,
+                 with_entropy: bool = False) -> tuple[Any, Any]:
         """Per-token log-probs of the policy tokens, over a shared prompt prefix run once when
         actor.stop_gradient_prefix is set (train/prefix.py), with the matmuls in model.compute_dtype."""
         import torch
@@ -298,30 +198,36 @@ class Trainer:
 
             return token_logprobs(self.policy, ids, attention, temperature, with_entropy=with_entropy, mask=mask)
 
-    def _reference_passes(self, batch: dict[str, Any], temperature: float,
-                          record_old: bool) -> tuple[Any, Any, float]:
-        """Log-probs of the policy before the update (and entropy) if `record_old`, and of the reference
-        (adapter disabled) if the KL loss is on."""
+    def optimizer_step(self, optimizer: Any = None) -> float:
+        """Clip the accumulated gradient at actor.grad_clip, step `optimizer` (default: the run's AdamW) and
+        clear the gradient; returns the gradient norm before clipping."""
         import torch
 
-        micro = self.config.actor.ppo_micro_batch_size
-        old_parts, ref_parts = [], []
-        entropy_sum = 0.0
-        with torch.no_grad():
-            for start in range(0, batch["ids"].shape[0], micro):
-                rows = slice(start, start + micro)
-                if record_old:
-                    logprobs, entropy = self._logprobs(batch["ids"][rows], batch["attention"][rows],
-                                                       batch["mask"][rows], temperature, with_entropy=True)
-                    old_parts.append(logprobs)
-                    entropy_sum += float((entropy * batch["mask"][rows]).sum())
-                if self.config.actor.use_kl_loss:
-                    with self.policy.disable_adapter():
-                        ref, _ = self._logprobs(batch["ids"][rows], batch["attention"][rows],
-                                                batch["mask"][rows], temperature)
-                    ref_parts.append(ref)
-        old = torch.cat(old_parts) if old_parts else None
-        return old, (torch.cat(ref_parts) if ref_parts else None), entropy_sum
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.trainable_parameters(), self.config.actor.grad_clip)
+        optimizer = optimizer if optimizer is not None else self.optimizer
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return float(grad_norm)
+
+    # ---- one step -------------------------------------------------------------------------------
+    def step(self) -> dict[str, Any]:
+        """One step of the config's recipe on a drawn batch. Returns the step's metrics."""
+        started = time.perf_counter()
+        draws = self.sampler.next_batch(self.config.data.train_batch_size)
+        recipe_metrics, episodes = self.recipe().step(draws)
+        self.global_step += 1
+        metrics: dict[str, Any] = {"step": self.global_step, **recipe_metrics,
+                                   "step_time_s": time.perf_counter() - started}
+        self.log(metrics, episodes)
+        return metrics
+
+    def recipe(self) -> Any:
+        """The config's step recipe, made at the first step (an outcome model is fitted then)."""
+        if self._recipe is None:
+            from toolorchestra.train.recipes import make_recipe
+
+            self._recipe = make_recipe(self)
+        return self._recipe
 
     # ---- the schedule ---------------------------------------------------------------------------
     def fit(self, show_progress: bool = True) -> list[dict[str, Any]]:
@@ -345,8 +251,11 @@ class Trainer:
                 show("SFT warm start: building examples")
                 self.warm_start(lambda step, loss: show(f"SFT warm start {step}/{self.config.sft.steps} "
                                                         f"loss {loss:.3f}"))
-                if total == 0:
-                    self.save()  # SFT only: its weights as checkpoint step_0
+            if self.config.recipe == "sft":
+                if self.global_step == 0:
+                    self.save()  # its weights as checkpoint step_0, a start for model.init_checkpoint
+                self.close()
+                return history
             while self.global_step < total:
                 metrics = self.step()
                 history.append(metrics)
@@ -359,11 +268,12 @@ class Trainer:
         return history
 
     def warm_start(self, on_step: Any = None) -> dict[str, float]:
-        """The optional SFT stage (docs/training.md); its metrics go to metrics.jsonl with stage=sft."""
-        from toolorchestra.train.sft import run_sft
+        """The sft recipe, or the warm start of another (docs/training.md); its metrics go to metrics.jsonl
+        with stage=sft."""
+        from toolorchestra.train.recipes.sft import run_sft
 
         metrics = run_sft(self, on_step)
-        self._append_jsonl({"stage": "sft", **metrics})  # sft_losses: the loss of every step, the SFT curve
+        self.append_jsonl({"stage": "sft", **metrics})  # sft_losses: the loss of every step, the SFT curve
         writer = self.writer()
         for step, loss in enumerate(metrics["sft_losses"], start=1):
             writer.add_scalar("sft/loss", loss, step)
@@ -375,10 +285,13 @@ class Trainer:
         merged = None
         if self.config.trainer.save_merged_model:
             merged = self.merged_model()
-        return save_checkpoint(self.run_dir, self.global_step, model=self.policy, optimizer=self.optimizer,
-                               sampler_state=self.sampler.state_dict(),
-                               config=self.config.model_dump(mode="json"), merged_model=merged,
-                               tokenizer=self.tokenizer)
+        checkpoint = save_checkpoint(self.run_dir, self.global_step, model=self.policy, optimizer=self.optimizer,
+                                     sampler_state=self.sampler.state_dict(),
+                                     config=self.config.model_dump(mode="json"), merged_model=merged,
+                                     tokenizer=self.tokenizer)
+        # what export-orchestrator copies into orchestrator.json: how these weights were trained
+        (checkpoint / RECIPE_FILE).write_text(json.dumps(recipe_record(self.config, self.global_step), indent=2) + "\n")
+        return checkpoint
 
     def merged_model(self) -> Any:
         """A copy of the policy with the LoRA adapter merged in (the training copy is left untouched)."""
@@ -412,8 +325,9 @@ class Trainer:
         self.metrics_path.write_text("".join(line + "\n" for line in kept))
 
     # ---- logging --------------------------------------------------------------------------------
-    def _log(self, metrics: dict[str, Any], episodes: list[Episode]) -> None:
-        self._append_jsonl(metrics)
+    def log(self, metrics: dict[str, Any], episodes: list[Episode]) -> None:
+        """One step's metrics to metrics.jsonl and TensorBoard, its episodes to trajectories/step_N.jsonl."""
+        self.append_jsonl(metrics)
         writer = self.writer()
         for key, value in metrics.items():
             if isinstance(value, (int, float)) and key != "step":
@@ -437,7 +351,7 @@ class Trainer:
             self._writer = SummaryWriter(str(self.run_dir / "tensorboard"), purge_step=self.global_step + 1)
         return self._writer
 
-    def _append_jsonl(self, record: dict[str, Any]) -> None:
+    def append_jsonl(self, record: dict[str, Any]) -> None:
         with open(self.metrics_path, "a", encoding="utf-8") as handle:
             handle.write(json.dumps(record) + "\n")
             handle.flush()
@@ -447,73 +361,3 @@ class Trainer:
         if self._writer is not None:
             self._writer.close()
             self._writer = None
-
-
-def filter_episodes(groups: list[list[Episode]], rewards: list[list[float]], min_reward_std: float,
-                    drop_invalid: bool) -> tuple[list[Episode], dict[str, float]]:
-    """Drop groups whose reward std is below `min_reward_std` (no learning signal), then, if `drop_invalid`,
-    episodes without a valid final answer or with malformed calls. Returns the kept episodes and the
-    fraction of all episodes each filter dropped."""
-    total = sum(len(group) for group in groups)
-    varied = [group for group, group_rewards_ in zip(groups, rewards) if reward_std(group_rewards_) >= min_reward_std]
-    after_std = [episode for group in varied for episode in group]
-    kept = [episode for episode in after_std if episode.valid] if drop_invalid else after_std
-    return kept, {
-        "filter/low_std_dropped_frac": (total - len(after_std)) / max(total, 1),
-        "filter/invalid_dropped_frac": (len(after_std) - len(kept)) / max(total, 1),
-        "filter/kept_frac": len(kept) / max(total, 1),
-        "filter/groups_kept": float(len(varied)),
-    }
-
-
-def _episode_metrics(episodes: list[Episode]) -> dict[str, float]:
-    count = len(episodes)
-    rewards = [episode.reward for episode in episodes]
-    mean = sum(rewards) / count
-    metrics = {
-        "reward/mean": mean,
-        "reward/std": (sum((r - mean) ** 2 for r in rewards) / count) ** 0.5,
-        "accuracy": sum(episode.correct for episode in episodes) / count,
-        "valid_frac": sum(episode.valid for episode in episodes) / count,
-        "malformed_frac": sum(episode.trajectory.malformed_calls() > 0 for episode in episodes) / count,
-        "cost_usd": sum(episode.trajectory.cost_usd for episode in episodes) / count,
-        "latency_s": sum(episode.trajectory.latency_s for episode in episodes) / count,
-        "turns": sum(len(episode.policy_turns) for episode in episodes) / count,
-        "episode_tokens": sum(len(episode.token_ids) for episode in episodes) / count,
-    }
-    calls_per_tool: Counter[str] = Counter()
-    calls_per_model: Counter[str] = Counter()
-    for episode in episodes:
-        calls_per_tool.update(episode.trajectory.calls_per_tool())
-        calls_per_model.update(episode.trajectory.calls_per_model())
-    metrics.update({f"calls/tool/{name}": value / count for name, value in sorted(calls_per_tool.items())})
-    metrics.update({f"calls/model/{name}": value / count for name, value in sorted(calls_per_model.items())})
-    return metrics
-
-
-def _pad_batch(episodes: list[Episode], pad_id: int, device: Any) -> dict[str, Any]:
-    """Right-padded ids, attention and the loss mask aligned to next-token log-probs ([B, T-1])."""
-    import torch
-
-    width = max(len(episode.token_ids) for episode in episodes)
-    ids = torch.full((len(episodes), width), pad_id, dtype=torch.long)
-    attention = torch.zeros((len(episodes), width), dtype=torch.long)
-    mask = torch.zeros((len(episodes), width), dtype=torch.float32)
-    for row, episode in enumerate(episodes):
-        length = len(episode.token_ids)
-        ids[row, :length] = torch.tensor(episode.token_ids)
-        attention[row, :length] = 1
-        mask[row, :length] = torch.tensor(episode.loss_mask, dtype=torch.float32)
-    return {"ids": ids.to(device), "attention": attention.to(device), "mask": mask[:, 1:].to(device)}
-
-
-def _split(items: list[int], parts: int) -> list[list[int]]:
-    """`items` in `parts` contiguous chunks of near-equal size (empty chunks dropped)."""
-    parts = max(1, min(parts, len(items)))
-    size, extra = divmod(len(items), parts)
-    chunks, start = [], 0
-    for index in range(parts):
-        end = start + size + (index < extra)
-        chunks.append(items[start:end])
-        start = end
-    return [chunk for chunk in chunks if chunk]

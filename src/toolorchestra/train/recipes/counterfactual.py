@@ -16,9 +16,10 @@ restricted to the valid answer calls (q_l ∝ p(call_l | prompt)), the loss of o
 The first term's gradient is the exact policy gradient over labels (no sampling noise, every label's
 reward used); the last term teaches the call format, so no SFT warm start is needed. All label calls of a
 prompt share its prompt and the calls' common opening tokens, and all prompts share the system message:
-train/prefix.py computes each of these once. This is an option beside GRPO (`algorithm.adv_estimator:
-counterfactual`); it needs an env with recorded outcomes and an answer tool with labels, and it trains the
-one routing decision, not multi-turn tool use.
+train/prefix.py computes each of these once. This is the recipe beside GRPO (`recipe: counterfactual`, its
+knobs in the `counterfactual:` section); it needs an env with recorded outcomes and an answer tool with labels,
+and it trains the one routing decision (or, with `targets: escalation`, consult-then-answer), not multi-turn
+tool use. It reads the trainer only through its public interface (`renderer`, `policy`, `optimizer_step`).
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ class LabelOutcomes:
     @property
     def learning_targets(self) -> list[float]:
         """The rewards the step's advantages are computed from: an outcome model's expected rewards when
-        algorithm.counterfactual_targets says so, else the recorded ones."""
+        counterfactual.targets says so, else the recorded ones."""
         return self.rewards if self.targets is None else self.targets
 
     def call(self, index: int) -> ToolCall:
@@ -115,12 +116,12 @@ async def escalation_outcomes(draw: PromptDraw, targets: EscalationTargets, cost
     expert = next((tool for tool in draw.tools if isinstance(tool, ExpertTool) and tool.labels), None)
     answer = next((tool for tool in draw.tools if isinstance(tool, AnswerTool) and tool.labels), None)
     if expert is None or answer is None:
-        raise TrainingError("algorithm.counterfactual_targets escalation needs an expert and an answer tool with "
+        raise TrainingError("counterfactual.targets escalation needs an expert and an answer tool with "
                             "model labels in every draw (sampler.tool_keep_prob: 1.0 keeps the expert tool)")
     label_of = {model: label for label, model in answer.labels.items() if model in targets.index}
     consult_label = {model: label for label, model in expert.labels.items()}
     if any(consult_label.get(model) != label for model, label in label_of.items()):
-        raise TrainingError("algorithm.counterfactual_targets escalation needs the expert and the answer tool to "
+        raise TrainingError("counterfactual.targets escalation needs the expert and the answer tool to "
                             "name each model by the same label (an answer adopts a consultation by its label); "
                             "use sampler.label_style: env")
     weights = with_cost_floor(draw.preference.weights(), cost_floor, cost_scale)
@@ -177,7 +178,7 @@ async def escalation_outcomes(draw: PromptDraw, targets: EscalationTargets, cost
 SPLIT_ROWS_ABOVE = 16  # calls per state above which a state is scored in one row per tool
 
 
-class CounterfactualLearner:
+class CounterfactualRecipe:
     """One counterfactual step for a `Trainer`: outcomes (cached per draw), prompts, scoring, loss, update."""
 
     def __init__(self, trainer: "Trainer") -> None:
@@ -187,12 +188,12 @@ class CounterfactualLearner:
         self._outcome_model: SubtaskOutcomeModel | None = None
         self._escalation: EscalationTargets | None = None
         self._states: dict[str, list[LabelOutcomes]] = {}
-        algorithm = trainer.config.algorithm
-        if algorithm.counterfactual_targets == "outcome_model":
+        section = trainer.config.counterfactual
+        if section.targets == "outcome_model":
             self._outcome_model = SubtaskOutcomeModel(trainer.env, trainer.tasks)
-        elif algorithm.counterfactual_targets == "escalation":
-            self._escalation = EscalationTargets(trainer.env, trainer.tasks, algorithm.escalation_max_consults,
-                                                 algorithm.escalation_prior_strength, seed=trainer.config.seed)
+        elif section.targets == "escalation":
+            self._escalation = EscalationTargets(trainer.env, trainer.tasks, section.escalation.max_consults,
+                                                 section.escalation.prior_strength, seed=trainer.config.seed)
 
     def outcomes(self, draw: PromptDraw) -> LabelOutcomes | None:
         key = json.dumps([draw.task.id, [tool.name for tool in draw.tools], draw.price_factors,
@@ -219,10 +220,10 @@ class CounterfactualLearner:
         key = json.dumps([draw.task.id, draw.preference.weights(),
                           [list(getattr(tool, "labels", {}).items()) for tool in draw.tools]], sort_keys=True)
         if key not in self._states:
-            algorithm = self.trainer.config.algorithm
+            algorithm, escalation = self.trainer.config.algorithm, self.trainer.config.counterfactual.escalation
             self._states[key] = self._loop.run_until_complete(
                 escalation_outcomes(draw, self._escalation, algorithm.cost_floor, algorithm.cost_scale,
-                                    algorithm.escalation_top_k, algorithm.escalation_siblings))
+                                    escalation.top_k, escalation.siblings))
         return self._states[key]
 
     def prompt_ids(self, draw: PromptDraw, outcome: LabelOutcomes | None = None) -> list[int]:
@@ -233,17 +234,19 @@ class CounterfactualLearner:
                                     draw.preference, draw.wording, task_rules(draw.task))
         if outcome is not None:
             messages += outcome.history
-        return trainer.rollout.renderer.prompt_ids(messages, [tool.schema() for tool in draw.tools])
+        return trainer.renderer.prompt_ids(messages, [tool.schema() for tool in draw.tools])
 
     def call_ids(self, outcome: LabelOutcomes) -> list[list[int]]:
-        renderer = self.trainer.rollout.renderer
+        renderer = self.trainer.renderer
         calls = [renderer.encode(render_tool_call(outcome.call(index))) + [renderer.end_of_turn_id]
                  for index in range(len(outcome.labels))]
-        if self.trainer.config.algorithm.counterfactual_score == "label":
+        if self.trainer.config.counterfactual.score == "label":
             calls = label_spans(calls)
         return calls
 
-    def step(self, draws: list[PromptDraw]) -> dict[str, Any]:
+    def step(self, draws: list[PromptDraw]) -> tuple[dict[str, Any], list[Any]]:
+        """Every label's outcome and the exact expected reward under the policy, no rollouts: the step's
+        metrics (and no episodes)."""
         import torch
 
         trainer = self.trainer
@@ -252,7 +255,7 @@ class CounterfactualLearner:
         usable = [(draw, outcome) for draw in draws for outcome in self.draw_outcomes(draw)]
         stems: list[list[int]] = []
         if not usable:
-            raise TrainingError("algorithm.adv_estimator counterfactual: no draw of this step offers an answer tool "
+            raise TrainingError("recipe counterfactual: no draw of this step offers an answer tool "
                                 "with model labels; this estimator trains the answer-label decision only")
         errors = sorted({error for _, outcome in usable for error in outcome.errors})
         if all(len(outcome.errors) == len(outcome.labels) for _, outcome in usable):
@@ -283,7 +286,7 @@ class CounterfactualLearner:
         # the whole step, or (preference_contrast, or several rows per state) the system message and question
         # of each task, whose rows differ only after it (the preference sentence, earlier turns, the tool).
         # Each chunk's graph is freed after its backward (train/prefix.py), which bounds memory.
-        actor, algorithm = config.actor, config.algorithm
+        actor, algorithm, section = config.actor, config.algorithm, config.counterfactual
         stats, total_loss = _Stats(), 0.0
         # the stems are scored as prompt tails, so no shared prefix may reach into them
         limits = [len(prompt) - len(stem) for prompt, stem in zip(prompts, stems)]
@@ -314,43 +317,41 @@ class CounterfactualLearner:
                 # a flat group (every label equally good, e.g. all right under the accuracy preference) has
                 # nothing to teach about routing; regressing it to A = 0 would only pull q toward uniform
                 flat = max(outcome.learning_targets) == min(outcome.learning_targets)
-                if algorithm.counterfactual_loss == "cross_entropy":
+                if section.loss == "cross_entropy":
                     # distillation onto the target policy exp(A / tau) itself: the gradient q - target is
                     # bounded and vanishes for labels the target gives no mass, so the fit spends itself on
                     # the order of the good labels (what greedy decoding reads) rather than on how unlikely
                     # the bad ones are
-                    target = torch.softmax(advantages / algorithm.counterfactual_tau, -1)
+                    target = torch.softmax(advantages / section.tau, -1)
                     route_loss = torch.zeros((), device=label_logp.device) if flat else -(target * log_q).sum()
-                elif algorithm.counterfactual_loss == "regression":
-                    error = _regression_error(label_logp, advantages, algorithm.counterfactual_tau)
+                elif section.loss == "regression":
+                    error = _regression_error(label_logp, advantages, section.tau)
                     errors_of_chunk.append(error)  # flat groups still count in the preference contrast
                     route_loss = torch.zeros((), device=label_logp.device) if flat else (error ** 2).mean()
                 else:
                     route_loss = -(q * advantages).sum()  # A = 0 everywhere for a flat group
-                losses.append(route_loss - actor.entropy_coeff * entropy - algorithm.format_coef * log_valid)
+                losses.append(route_loss - actor.entropy_coeff * entropy - section.format_coef * log_valid)
                 stats.add(outcome, q.detach().tolist(), float(entropy.detach()), float(log_valid.detach()),
                           preference_kind(usable[index][0].preference))
             loss = torch.stack(losses).sum()
-            if config.sampler.preference_contrast and algorithm.contrast_weight != 1.0 and len(errors_of_chunk) > 1:
+            if config.sampler.preference_contrast and section.contrast_weight != 1.0 and len(errors_of_chunk) > 1:
                 # This chunk is one task under several preferences. Its regression error splits into the part
                 # all preferences share (which labels happen to be right on this question: mostly noise a
                 # small model cannot predict) and each preference's deviation from it (what the stated
                 # preference changes: the signal preference-following needs); contrast_weight scales the latter.
                 stacked = torch.stack(errors_of_chunk)
                 deviation = ((stacked - stacked.mean(0, keepdim=True)) ** 2).mean(-1).sum()
-                loss = loss + (algorithm.contrast_weight - 1.0) * deviation
+                loss = loss + (section.contrast_weight - 1.0) * deviation
             loss = loss / len(usable)
             loss.backward()
             total_loss += float(loss.detach())
-        parameters = [param for param in trainer.policy.parameters() if param.requires_grad]
-        grad_norm = torch.nn.utils.clip_grad_norm_(parameters, actor.grad_clip)
-        trainer.optimizer.step()
-        trainer.optimizer.zero_grad(set_to_none=True)
+        grad_norm = trainer.optimizer_step()
         trainer.policy.eval()
         done = time.perf_counter()
-        return {**stats.metrics(), "actor/pg_loss": total_loss, "actor/grad_norm": float(grad_norm),
+        train_tokens = sum(len(p) for p in prompts) + sum(len(c) for cs in calls for c in cs)
+        return {**stats.metrics(), "actor/pg_loss": total_loss, "actor/grad_norm": grad_norm,
                 "prepare_time_s": prepared - started, "update_time_s": done - prepared,
-                "train_tokens": sum(len(p) for p in prompts) + sum(len(c) for cs in calls for c in cs)}
+                "train_tokens": train_tokens, "train_tokens_per_s": train_tokens / max(done - prepared, 1e-9)}, []
 
     def _chunks(self, prompts: list[list[int]], task_ids: list[str], limits: list[int], by_task: bool) -> Any:
         """(SharedPrefix, indices into it, indices into the step's prompts) to score together; each prefix's

@@ -1,4 +1,8 @@
-"""The optional SFT warm start: teach the call format on valid one-call episodes before GRPO.
+"""The sft recipe: supervised steps that teach the call format, alone (`recipe: sft`, saved as checkpoint
+step_0 for a later run's model.init_checkpoint) or as the warm start of a grpo/counterfactual run (sft.steps > 0).
+
+`sft.targets` picks the examples: answer_labels (replay worlds) or gold_actions (toolscale: whole multi-turn
+episodes replaying each task's gold actions).
 
 Examples are found, not hand-written: for each of the first `sft.max_tasks` training tasks the sampler draws
 tools, prices and a preference as for GRPO; every label of the answer tool is tried once (through the real
@@ -25,6 +29,7 @@ from toolorchestra.envs.base import Task
 from toolorchestra.errors import TrainingError
 from toolorchestra.reward import group_rewards, trajectory_features, with_cost_floor
 from toolorchestra.tools.llm import AnswerTool
+from toolorchestra.train.grpo import pad_rows
 from toolorchestra.train.rollout import question_text
 from toolorchestra.train.sampler import PromptDraw
 
@@ -49,7 +54,7 @@ def build_answer_examples(trainer: "Trainer", errors: list[str] | None = None) -
     from toolorchestra.train.sampler import TaskSampler
 
     sampler = TaskSampler(trainer.env, trainer.tasks, trainer.config.sampler, trainer.config.seed + 1)
-    renderer = trainer.rollout.renderer
+    renderer = trainer.renderer
     examples = []
     loop = asyncio.new_event_loop()
     try:
@@ -121,7 +126,7 @@ async def _gold_episode(trainer: "Trainer", draw: PromptDraw, calls: list[ToolCa
                         errors: list[str] | None) -> Example | None:
     """Play the gold calls one per turn through the episode engine, rendering each turn as the rollout
     engine does."""
-    renderer = trainer.rollout.renderer
+    renderer = trainer.renderer
     tools = {tool.name: tool for tool in draw.tools}
     messages = initial_messages(draw.tools, question_text(draw.task, trainer.config.data.max_question_chars),
                                 draw.preference, draw.wording, task_rules(draw.task))
@@ -183,8 +188,7 @@ def run_sft(trainer: "Trainer", on_step: Callable[[int, float], None] | None = N
     examples = build_examples(trainer, errors)
     if not examples:
         raise TrainingError(_no_examples_message(trainer, errors))
-    parameters = [param for param in trainer.policy.parameters() if param.requires_grad]
-    optimizer = torch.optim.AdamW(parameters, lr=config.lr)
+    optimizer = torch.optim.AdamW(trainer.trainable_parameters(), lr=config.lr)
     generator = torch.Generator().manual_seed(trainer.config.seed)
     trainer.policy.train()
     losses = []
@@ -195,13 +199,11 @@ def run_sft(trainer: "Trainer", on_step: Callable[[int, float], None] | None = N
         group = groups[int(torch.randint(len(groups), (1,), generator=generator))] if len(groups) > 1 else groups[0]
         picks = torch.randint(len(group), (config.batch_size,), generator=generator).tolist()
         batch = [examples[group[index]] for index in picks]
-        ids, attention, mask = _pad(batch, trainer.rollout.pad_id, trainer.policy.device)
-        logprobs, _ = trainer._logprobs(ids, attention, mask, 1.0)
+        ids, attention, mask = pad_rows(batch, trainer.rollout.pad_id, trainer.policy.device)
+        logprobs, _ = trainer.logprobs(ids, attention, mask, 1.0)
         loss = -(logprobs * mask).sum() / mask.sum().clamp(min=1)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(parameters, trainer.config.actor.grad_clip)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        trainer.optimizer_step(optimizer)
         losses.append(float(loss.detach()))
         if on_step is not None:
             on_step(len(losses), losses[-1])
@@ -233,17 +235,3 @@ def _no_examples_message(trainer: "Trainer", errors: list[str]) -> str:
                 "do); use sft.targets: answer_labels, or sft.steps: 0 to train without the warm start")
     return (f"{message}: no answer-tool label answered any of them correctly (or the env offers no answer tool "
             "with labels); set sft.steps: 0 to train without the warm start")
-
-
-def _pad(batch: list[tuple[list[int], list[int]]], pad_id: int, device: Any) -> tuple[Any, Any, Any]:
-    import torch
-
-    width = max(len(ids) for ids, _ in batch)
-    ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
-    attention = torch.zeros((len(batch), width), dtype=torch.long)
-    mask = torch.zeros((len(batch), width), dtype=torch.float32)
-    for row, (tokens, loss_mask) in enumerate(batch):
-        ids[row, :len(tokens)] = torch.tensor(tokens)
-        attention[row, :len(tokens)] = 1
-        mask[row, :len(tokens)] = torch.tensor(loss_mask, dtype=torch.float32)
-    return ids.to(device), attention.to(device), mask[:, 1:].to(device)
