@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
@@ -37,13 +38,13 @@ def common_prefix_length(sequences: Sequence[Sequence[int]]) -> int:
 class PrefixCache:
     def __init__(self, keep: int = KEEP) -> None:
         self.keep = keep
-        self._entries: OrderedDict[tuple[int, ...], list[tuple["torch.Tensor", "torch.Tensor"]]] = OrderedDict()
+        self._entries: OrderedDict[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]] = OrderedDict()
         self._lock = threading.Lock()
         self.hits = 0
         self.tokens_saved = 0
 
     def layout(self, model: Any, prompts: Sequence[Sequence[int]], pad_id: int
-               ) -> tuple["torch.Tensor", "torch.Tensor", Any] | None:
+               ) -> tuple[torch.Tensor, torch.Tensor, Any] | None:
         """(input_ids, attention_mask, past_key_values) for `generate` with the rows' shared prefix cached,
         or None when they share fewer than MIN_SHARED_TOKENS tokens."""
         import torch
@@ -66,7 +67,7 @@ class PrefixCache:
         self.tokens_saved += shared * rows
         return torch.tensor(ids), torch.tensor(mask), cache
 
-    def _layers(self, model: Any, prefix: tuple[int, ...]) -> list[tuple["torch.Tensor", "torch.Tensor"]]:
+    def _layers(self, model: Any, prefix: tuple[int, ...]) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """The prefix's per-layer (keys, values). A miss reuses the longest start it shares with a cached
         prefix (e.g. the system prompt of another request over the same catalog, or this episode's previous
         turn) and runs only the rest, so multi-turn episodes keep their cache from turn to turn."""
@@ -97,8 +98,8 @@ class PrefixCache:
                   position_ids=torch.arange(reused, len(prefix), device=model.device).unsqueeze(0))
         return self._store(prefix, [(layer.keys, layer.values) for layer in cache.layers], reused)
 
-    def _store(self, prefix: tuple[int, ...], layers: list[tuple["torch.Tensor", "torch.Tensor"]],
-               reused: int) -> list[tuple["torch.Tensor", "torch.Tensor"]]:
+    def _store(self, prefix: tuple[int, ...], layers: list[tuple[torch.Tensor, torch.Tensor]],
+               reused: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
         with self._lock:
             self.tokens_saved += reused
             self._entries[prefix] = layers

@@ -7,7 +7,8 @@ uninterrupted one give identical metrics.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 

@@ -23,7 +23,6 @@ from uuid import uuid4
 
 import numpy as np
 from omegaconf import OmegaConf
-
 from verl.experimental.agent_loop.agent_loop import (
     AgentLoopBase,
     AgentLoopManager,

@@ -85,7 +85,7 @@ class VerlConfig(_Strict):
     verl: VerlSettings = Field(default_factory=VerlSettings)
 
     @model_validator(mode="after")
-    def _check(self) -> "VerlConfig":
+    def _check(self) -> VerlConfig:
         if self.data.train_batch_size % self.actor.ppo_mini_batch_size:
             raise ValueError(f"actor.ppo_mini_batch_size ({self.actor.ppo_mini_batch_size}) must divide "
                              f"data.train_batch_size ({self.data.train_batch_size})")

@@ -161,8 +161,13 @@ class BasketballDrafter:
         if not allowed and self.rng.random() >= FINAL_REFUSAL_SHARE:
             return []
         read = action("get_game", game_id=game_id)
-        ask = lambda status: f"Please update the status of game {game_id} to '{status}'."
-        call = lambda status: action("update_game_status", game_id=game_id, new_status=status)
+
+        def ask(status: str) -> str:
+            return f"Please update the status of game {game_id} to '{status}'."
+
+        def call(status: str) -> dict[str, Any]:
+            return action("update_game_status", game_id=game_id, new_status=status)
+
         drafts = []
         if allowed:
             status = self.rng.choice(allowed)

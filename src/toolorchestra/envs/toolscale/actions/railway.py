@@ -373,7 +373,10 @@ class RailwayDrafter:
             people[index]["dob"] = day.isoformat()
         else:
             people[index]["last_name"] += "-" + self.rng.choice(["berg", "moreau", "silva", "tanaka"])
-        who = lambda group: "; ".join(f"{p['first_name']} {p['last_name']} (born {p['dob']})" for p in group)
+
+        def who(group: list[dict[str, Any]]) -> str:
+            return "; ".join(f"{p['first_name']} {p['last_name']} (born {p['dob']})" for p in group)
+
         read = action("get_reservation", reservation_id=key)
         drafts = [self.draft("action_write", f"Please correct the passengers of my reservation {key}; they should be: "
                              f"{who(people)}.", [read, self.call("update_passengers", key, passengers=people)])]
