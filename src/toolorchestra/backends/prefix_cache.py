@@ -86,7 +86,7 @@ class PrefixCache:
                     reused, base = common, layers
         if reused < MIN_SHARED_TOKENS:
             reused, base = 0, None
-        elif reused == len(prefix):  # a start of a longer cached prefix: a view of its cache is enough
+        elif base is not None and reused == len(prefix):  # a start of a longer cached prefix: a view is enough
             layers = [(keys[:, :, :reused], values[:, :, :reused]) for keys, values in base]
             return self._store(prefix, layers, reused)
         cache = DynamicCache(config=model.config) if base is None else DynamicCache(
@@ -96,7 +96,10 @@ class PrefixCache:
             model(input_ids=torch.tensor([list(prefix[reused:])], device=model.device), past_key_values=cache,
                   use_cache=True, logits_to_keep=1,
                   position_ids=torch.arange(reused, len(prefix), device=model.device).unsqueeze(0))
-        return self._store(prefix, [(layer.keys, layer.values) for layer in cache.layers], reused)
+        # transformers types a layer as attention or linear-attention, keys and values as maybe unset; a causal
+        # LM's DynamicCache after a forward pass holds attention layers with both tensors set
+        return self._store(prefix, [(layer.keys, layer.values) for layer in cache.layers],  # type: ignore[misc,union-attr]
+                           reused)
 
     def _store(self, prefix: tuple[int, ...], layers: list[tuple[torch.Tensor, torch.Tensor]],
                reused: int) -> list[tuple[torch.Tensor, torch.Tensor]]:

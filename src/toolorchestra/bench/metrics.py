@@ -91,7 +91,7 @@ def _latency(latencies: np.ndarray) -> dict[str, float]:
 
 
 def _tokens(trajectories: Sequence[Trajectory]) -> dict[str, int]:
-    totals = Counter()
+    totals: Counter[str] = Counter()
     for trajectory in trajectories:
         for step in trajectory.steps:
             prefix = "orchestrator" if step.kind == "orchestrator" else "tools"

@@ -10,7 +10,7 @@ fewest trials any task has.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from math import comb
 from typing import Any
 
@@ -24,7 +24,7 @@ def is_success(reward: float) -> bool:
     return abs(reward - 1.0) <= SUCCESS_TOLERANCE
 
 
-def pass_hat_k(successes_per_task: dict[str, Sequence[bool]]) -> dict[int, float]:
+def pass_hat_k(successes_per_task: Mapping[str, Sequence[bool]]) -> dict[int, float]:
     """pass^k for k = 1..(fewest trials of a task), each the mean over tasks of C(c, k) / C(n, k)."""
     if not successes_per_task:
         return {}

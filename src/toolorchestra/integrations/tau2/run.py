@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from toolorchestra.agent.preference import Preference
-from toolorchestra.agent.trajectory import Trajectory, read_trajectories, write_trajectory
+from toolorchestra.agent.trajectory import StopReason, Trajectory, read_trajectories, write_trajectory
 from toolorchestra.backends.pool import ModelPool
 from toolorchestra.bench.eval import claim_dir
 from toolorchestra.catalog.schema import Catalog
@@ -55,7 +55,8 @@ RESULTS = "tau2_results.json"
 TRAJECTORIES = "trajectories.jsonl"
 METRICS = "metrics.json"
 EXPERT_TOOL_NAMES = ("call_expert", "expert")  # the catalog tool whose labels are the experts, in this order
-STOPPED = {"user_stop": "answer", "agent_stop": "answer", "max_steps": "max_turns"}  # tau2 -> our stop_reason
+# tau2's termination reason -> our stop_reason
+STOPPED: dict[str, StopReason] = {"user_stop": "answer", "agent_stop": "answer", "max_steps": "max_turns"}
 
 T = TypeVar("T")
 

@@ -75,7 +75,7 @@ def ticket(database: Database, ticket_ref: str) -> dict[str, Any]:
 
 
 def saved_instruments(database: Database, record: dict[str, Any]) -> dict[str, Any]:
-    return (database.get(PATRONS, record.get("guest_ref")) or {}).get("saved_instruments") or {}
+    return (database.get(PATRONS, record.get("guest_ref") or "") or {}).get("saved_instruments") or {}
 
 
 def require_saved(database: Database, record: dict[str, Any], instrument: str) -> None:
