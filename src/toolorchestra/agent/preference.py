@@ -52,7 +52,7 @@ class Preference(BaseModel):
     prefer_local: bool = False
 
     @classmethod
-    def parse(cls, spec: str | None, local_tools: list[str] | None = None) -> "Preference":
+    def parse(cls, spec: str | None, local_tools: list[str] | None = None) -> Preference:
         """Read a --prefer value: `accuracy`, `cost`, `latency`, `local`, `tool:NAME`, or
         comma-separated `key=weight` pairs such as `accuracy=1,cost=0.5,tool:python=1`."""
         if not spec:

@@ -68,5 +68,5 @@ class Backend(ABC):
     ) -> Completion:
         """Return the model's next turn for `messages`, offering it `tools` (OpenAI function specs)."""
 
-    async def aclose(self) -> None:
+    async def aclose(self) -> None:  # noqa: B027 - a hook with a do-nothing default, not an abstract method
         """Release connections or memory; the default has nothing to release."""

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
@@ -37,13 +38,13 @@ def common_prefix_length(sequences: Sequence[Sequence[int]]) -> int:
 class PrefixCache:
     def __init__(self, keep: int = KEEP) -> None:
         self.keep = keep
-        self._entries: OrderedDict[tuple[int, ...], list[tuple["torch.Tensor", "torch.Tensor"]]] = OrderedDict()
+        self._entries: OrderedDict[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]] = OrderedDict()
         self._lock = threading.Lock()
         self.hits = 0
         self.tokens_saved = 0
 
     def layout(self, model: Any, prompts: Sequence[Sequence[int]], pad_id: int
-               ) -> tuple["torch.Tensor", "torch.Tensor", Any] | None:
+               ) -> tuple[torch.Tensor, torch.Tensor, Any] | None:
         """(input_ids, attention_mask, past_key_values) for `generate` with the rows' shared prefix cached,
         or None when they share fewer than MIN_SHARED_TOKENS tokens."""
         import torch
@@ -66,7 +67,7 @@ class PrefixCache:
         self.tokens_saved += shared * rows
         return torch.tensor(ids), torch.tensor(mask), cache
 
-    def _layers(self, model: Any, prefix: tuple[int, ...]) -> list[tuple["torch.Tensor", "torch.Tensor"]]:
+    def _layers(self, model: Any, prefix: tuple[int, ...]) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """The prefix's per-layer (keys, values). A miss reuses the longest start it shares with a cached
         prefix (e.g. the system prompt of another request over the same catalog, or this episode's previous
         turn) and runs only the rest, so multi-turn episodes keep their cache from turn to turn."""
@@ -85,7 +86,7 @@ class PrefixCache:
                     reused, base = common, layers
         if reused < MIN_SHARED_TOKENS:
             reused, base = 0, None
-        elif reused == len(prefix):  # a start of a longer cached prefix: a view of its cache is enough
+        elif base is not None and reused == len(prefix):  # a start of a longer cached prefix: a view is enough
             layers = [(keys[:, :, :reused], values[:, :, :reused]) for keys, values in base]
             return self._store(prefix, layers, reused)
         cache = DynamicCache(config=model.config) if base is None else DynamicCache(
@@ -95,10 +96,13 @@ class PrefixCache:
             model(input_ids=torch.tensor([list(prefix[reused:])], device=model.device), past_key_values=cache,
                   use_cache=True, logits_to_keep=1,
                   position_ids=torch.arange(reused, len(prefix), device=model.device).unsqueeze(0))
-        return self._store(prefix, [(layer.keys, layer.values) for layer in cache.layers], reused)
+        # transformers types a layer as attention or linear-attention, keys and values as maybe unset; a causal
+        # LM's DynamicCache after a forward pass holds attention layers with both tensors set
+        return self._store(prefix, [(layer.keys, layer.values) for layer in cache.layers],  # type: ignore[misc,union-attr]
+                           reused)
 
-    def _store(self, prefix: tuple[int, ...], layers: list[tuple["torch.Tensor", "torch.Tensor"]],
-               reused: int) -> list[tuple["torch.Tensor", "torch.Tensor"]]:
+    def _store(self, prefix: tuple[int, ...], layers: list[tuple[torch.Tensor, torch.Tensor]],
+               reused: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
         with self._lock:
             self.tokens_saved += reused
             self._entries[prefix] = layers

@@ -26,7 +26,8 @@ def render_tools_block(tools: list[dict[str, Any]]) -> str:
         "You are provided with function signatures within <tools></tools> XML tags:\n"
         f"<tools>\n{specs}\n</tools>\n\n"
         "For each function call, return a json object with function name and arguments within "
-        f'{CALL_OPEN}{CALL_CLOSE} XML tags:\n{CALL_OPEN}\n{{"name": <function-name>, "arguments": <args-json-object>}}\n{CALL_CLOSE}'
+        f"{CALL_OPEN}{CALL_CLOSE} XML tags:\n{CALL_OPEN}\n"
+        f'{{"name": <function-name>, "arguments": <args-json-object>}}\n{CALL_CLOSE}'
     )
 
 

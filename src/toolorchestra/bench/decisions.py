@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from toolorchestra.agent.trajectory import Step, Trajectory, read_trajectories
 from toolorchestra.errors import UserError

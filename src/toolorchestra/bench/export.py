@@ -21,12 +21,21 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
-from toolorchestra.bench.decisions import COLUMNS, DECISIONS, decisions_file, decisions_from_dir, preference_name, \
-    read_decisions, safe_name, write_decisions
+from toolorchestra.bench.decisions import (
+    COLUMNS,
+    DECISIONS,
+    decisions_file,
+    decisions_from_dir,
+    preference_name,
+    read_decisions,
+    safe_name,
+    write_decisions,
+)
 from toolorchestra.errors import UserError
 
 METRICS = "metrics.json"
@@ -75,7 +84,7 @@ def load_units(eval_dir: Path) -> list[Unit]:
     return [Unit(policy=str(entry["policy"]), preference=preference_name(str(entry["policy"]), metrics.get("prefer")),
                  env=str(metrics.get("env", "?")), split=str(metrics.get("split", "?")), metrics=entry,
                  decisions=path, source=eval_dir)
-            for entry, path in zip(entries, paths)]
+            for entry, path in zip(entries, paths, strict=True)]
 
 
 def world_dir(out: Path, world: str) -> Path:

@@ -7,7 +7,8 @@ uninterrupted one give identical metrics.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -90,7 +91,7 @@ def _latency(latencies: np.ndarray) -> dict[str, float]:
 
 
 def _tokens(trajectories: Sequence[Trajectory]) -> dict[str, int]:
-    totals = Counter()
+    totals: Counter[str] = Counter()
     for trajectory in trajectories:
         for step in trajectory.steps:
             prefix = "orchestrator" if step.kind == "orchestrator" else "tools"

@@ -23,9 +23,10 @@ from __future__ import annotations
 import base64
 import html
 import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from toolorchestra.errors import UserError
 
@@ -88,7 +89,8 @@ def find_metric_files(paths: Sequence[Path]) -> list[Path]:
         elif (path / "metrics.json").is_file():
             found.append(path / "metrics.json")
         elif path.is_dir():
-            found.extend(sorted(child / "metrics.json" for child in path.iterdir() if (child / "metrics.json").is_file()))
+            found.extend(sorted(child / "metrics.json" for child in path.iterdir()
+                                if (child / "metrics.json").is_file()))
         else:
             raise UserError(f"report: {path} is not a directory with metrics.json (run `toolorchestra eval` first)")
     if not found:
@@ -106,7 +108,8 @@ def load_runs(paths: Sequence[Path]) -> list[Run]:
         env, split = str(metrics.get("env", "?")), str(metrics.get("split", "?"))
         if metrics.get("kind") == "sweep":
             for entry in metrics["sweep"]:
-                runs.append(Run(entry["policy"], env, split, entry, metrics_path.parent, sweep=str(metrics.get("spec"))))
+                runs.append(Run(entry["policy"], env, split, entry, metrics_path.parent,
+                                sweep=str(metrics.get("spec"))))
         elif isinstance(metrics.get("by_preference"), dict):  # an exported results dir
             for preference, entry in metrics["by_preference"].items():
                 runs.append(Run(str(entry.get("policy", metrics.get("policy"))), str(entry.get("env", env)),
@@ -192,7 +195,7 @@ def plot_pareto(runs: Sequence[Run], path: Path) -> None:
 
     groups = _groups(runs)
     figure, axes = plt.subplots(1, len(groups), figsize=(9.5 * len(groups), 6.5), squeeze=False)
-    for axis, (name, group) in zip(axes[0], groups.items()):
+    for axis, (name, group) in zip(axes[0], groups.items(), strict=True):
         _draw_group(axis, group)
         axis.set_title(f"Accuracy vs cost: {name}")
     figure.tight_layout()
@@ -233,7 +236,7 @@ def _draw_group(axis: Any, group: Sequence[Run]) -> None:
     for run in group:
         if run.kind == "sweep":
             sweeps.setdefault(f"{run.sweep}@{run.extra.get('sweep_key', run.source)}", []).append(run)
-    for key, points in sweeps.items():
+    for points in sweeps.values():
         points.sort(key=lambda run: run.cost_per_task)
         axis.plot([cost_x(p) for p in points], [p.accuracy for p in points], "-^",
                   color="tab:orange", markersize=5, label=f"{points[0].sweep} sweep (n={points[0].metrics['n']})",
@@ -285,10 +288,10 @@ def _stacked(axis: Any, names: list[str], runs: Sequence[Run], keys: list[str], 
              colors: list[Any]) -> None:
     left = [0.0] * len(runs)
     positions = list(range(len(runs)))
-    for key, color in zip(keys, colors):
+    for key, color in zip(keys, colors, strict=True):
         widths = [run.metrics.get(field_name, {}).get(key, 0) / max(run.metrics["n"], 1) for run in runs]
         axis.barh(positions, widths, left=left, color=color, label=_short(key))
-        left = [a + b for a, b in zip(left, widths)]
+        left = [a + b for a, b in zip(left, widths, strict=True)]
     axis.set_yticks(positions)
     axis.set_yticklabels(names, fontsize=8)
     axis.invert_yaxis()
@@ -372,7 +375,7 @@ def _adherence(run: Run, group: PreferenceGroup) -> str:
     values = [value(other) for other in group.runs]
     best = max(values) if higher else min(values)
     return f"yes ({description})" if value(run) == best else f"no ({description}: " + ", ".join(
-        other.preference_label for other, v in zip(group.runs, values) if v == best) + ")"
+        other.preference_label for other, v in zip(group.runs, values, strict=True) if v == best) + ")"
 
 
 PREFERENCE_COLUMNS = ("preference", "n", "accuracy", "cost $", "$ / task", "latency mean s", "best on its target",
@@ -415,7 +418,7 @@ def plot_preferences(groups: Sequence[PreferenceGroup], path: Path) -> None:
     figure, axes = plt.subplots(len(groups), 2, figsize=(16, 4.8 * len(groups)), squeeze=False,
                                 gridspec_kw={"width_ratios": [1.1, 1]})
     palette = plt.get_cmap("tab20")
-    for (bars, stack), group in zip(axes, groups):
+    for (bars, stack), group in zip(axes, groups, strict=True):
         labels = [run.preference_label for run in group.runs]
         x = np.arange(len(labels))
         width = 0.38
@@ -444,7 +447,7 @@ def plot_preferences(groups: Sequence[PreferenceGroup], path: Path) -> None:
         bottom = np.zeros(len(labels))
         for index, name in enumerate(names):
             shares = np.array([d.get(name, 0) / max(int(run.metrics["n"]), 1)
-                               for d, run in zip(distributions, group.runs)])
+                               for d, run in zip(distributions, group.runs, strict=True)])
             color = {SELF: "0.3", NO_ANSWER: "0.85"}.get(name, palette(index % 20))
             stack.bar(x, shares, 0.6, bottom=bottom, color=color, label=_short(name), edgecolor="white", linewidth=0.5)
             bottom += shares

@@ -25,7 +25,7 @@ class Price(_Strict):
             + self.per_call
         )
 
-    def scaled(self, factor: float) -> "Price":
+    def scaled(self, factor: float) -> Price:
         return Price(
             input_per_m=self.input_per_m * factor,
             output_per_m=self.output_per_m * factor,
@@ -54,7 +54,8 @@ class OpenAIBackendSpec(_Strict):
     api_key_env: str | None = Field(None, description="name of the environment variable holding the key")
     timeout_s: float = Field(60.0, gt=0)
     max_retries: int = Field(3, ge=0)
-    tokenizer: str | None = Field(None, description="HF tokenizer used to count tokens when the server reports no usage")
+    tokenizer: str | None = Field(
+        None, description="HF tokenizer used to count tokens when the server reports no usage")
 
 
 class LocalBackendSpec(_Strict):
@@ -101,7 +102,7 @@ class ToolSpec(_Strict):
     options: dict[str, Any] = Field(default_factory=dict, description="tool-specific settings")
 
     @model_validator(mode="after")
-    def _llm_tools_need_models(self) -> "ToolSpec":
+    def _llm_tools_need_models(self) -> ToolSpec:
         if self.type in ("llm", "search_query_writer") and not self.models:
             raise ValueError(f"tool {self.name!r} of type {self.type!r} needs a 'models' map of labels to model names")
         return self
@@ -125,7 +126,7 @@ class Catalog(_Strict):
         return tools
 
     @model_validator(mode="after")
-    def _references_exist(self) -> "Catalog":
+    def _references_exist(self) -> Catalog:
         names = {m.name for m in self.models}
         if self.orchestrator not in names:
             raise ValueError(f"orchestrator {self.orchestrator!r} is not one of the models {sorted(names)}")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List
 
 import typer
 
@@ -13,7 +12,7 @@ def register(app: typer.Typer) -> None:
 
 
 def report_command(
-    runs: List[Path] = typer.Argument(..., help="Eval output dirs (with metrics.json), or dirs holding them."),
+    runs: list[Path] = typer.Argument(..., help="Eval output dirs (with metrics.json), or dirs holding them."),
     out: Path = typer.Option(..., "--out", help="Dir for report.md, report.html, pareto.png, usage.png (and "
                              "preferences.png when runs of one orchestrator differ only in --prefer)."),
 ) -> None:

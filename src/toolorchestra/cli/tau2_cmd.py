@@ -6,9 +6,9 @@ tau2 itself is imported only when a command runs (see toolorchestra.integrations
 from __future__ import annotations
 
 import sys
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -19,13 +19,13 @@ tau2_app = typer.Typer(name="tau2", help="tau2-bench: re-score results files wit
                        no_args_is_help=True)
 
 
-class Domain(str, Enum):
+class Domain(StrEnum):
     airline = "airline"
     retail = "retail"
     telecom = "telecom"
 
 
-class TaskIdsOption(str, Enum):
+class TaskIdsOption(StrEnum):
     auto = "auto"
     file = "file"
 
@@ -37,12 +37,12 @@ def register(app: typer.Typer) -> None:
 @tau2_app.command("rescore")
 def rescore_command(
     file: Path = typer.Argument(..., help="A tau2 results JSON (leaderboard format: info, tasks, simulations)."),
-    domain: Optional[Domain] = typer.Option(None, "--domain", help="Domain to score against. Default: the file's "
+    domain: Domain | None = typer.Option(None, "--domain", help="Domain to score against. Default: the file's "
                                             "info.environment_info.domain_name."),
     task_ids: TaskIdsOption = typer.Option(TaskIdsOption.auto, "--task-ids", help="auto: the file's task_id, unless "
                                            "the recorded checks identify another installed task; file: always the "
                                            "file's task_id."),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="Also write every row and the summary to this JSON "
+    json_out: Path | None = typer.Option(None, "--json", help="Also write every row and the summary to this JSON "
                                             "file."),
 ) -> None:
     """Re-score every simulation of FILE with the installed tau2 evaluator and compare with its recorded reward.
@@ -58,7 +58,7 @@ def rescore_command(
         typer.echo(f"wrote {json_out}")
 
 
-def _print_report(report: "RescoreReport") -> None:
+def _print_report(report: RescoreReport) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -84,17 +84,17 @@ def _short_id(simulation_id: str) -> str:
     return simulation_id if len(simulation_id) <= 12 else simulation_id[:8]
 
 
-def _task_cell(score: "SimulationScore") -> str:
+def _task_cell(score: SimulationScore) -> str:
     if score.scored_task_id is None or score.scored_task_id == score.file_task_id:
         return score.file_task_id
     return f"{score.scored_task_id} (file: {score.file_task_id})"
 
 
-def _reason_cell(score: "SimulationScore") -> str:
+def _reason_cell(score: SimulationScore) -> str:
     return "; ".join(score.reasons if not score.agree else score.notes)
 
 
-def _reward(value: Optional[float]) -> str:
+def _reward(value: float | None) -> str:
     return "-" if value is None else f"{value:g}"
 
 

@@ -12,7 +12,8 @@ def register(app: typer.Typer) -> None:
 
     @app.command("train")
     def train(
-        config: Path = typer.Option(..., "--config", "-c", help="training YAML, e.g. configs/train/routerbench-smollm2.yaml"),
+        config: Path = typer.Option(..., "--config", "-c",
+                                    help="training YAML, e.g. configs/train/routerbench-smollm2.yaml"),
         resume: bool = typer.Option(False, "--resume", help="continue from the latest checkpoint of the run dir"),
         run_dir: Path | None = typer.Option(None, "--run-dir", help="override trainer.default_local_dir"),
         steps: int | None = typer.Option(None, "--steps", help="override trainer.total_training_steps"),

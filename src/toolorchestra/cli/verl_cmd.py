@@ -11,7 +11,6 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -27,11 +26,11 @@ def register(app: typer.Typer) -> None:
 def prepare_command(
     env: str = typer.Option(..., "--env", help="Environment, e.g. replay:routerbench."),
     out: Path = typer.Option(..., "--out", help="Dir for train.parquet and test.parquet."),
-    config: Optional[Path] = typer.Option(None, "--config", "-c", help="A configs/verl/ YAML: its sampler, seed "
+    config: Path | None = typer.Option(None, "--config", "-c", help="A configs/verl/ YAML: its sampler, seed "
                                           "and data settings (default: their defaults)."),
     epochs: int = typer.Option(1, "--epochs", min=1, help="Draws per train task (each a fresh randomization)."),
     max_test_tasks: int = typer.Option(256, "--max-test-tasks", min=1, help="Validation rows (test split)."),
-    data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Shared data dir. Default: "
+    data_dir: Path | None = typer.Option(None, "--data-dir", help="Shared data dir. Default: "
                                             "$TOOLORCHESTRA_DATA or ../shared/data."),
 ) -> None:
     """Write verl's parquet (prompt, data_source, agent_name, reward_model, extra_info with the draw)."""
@@ -54,9 +53,9 @@ def train_command(
     data: Path = typer.Option(..., "--data", help="The dir `toolorchestra verl prepare` wrote."),
     launch: bool = typer.Option(False, "--launch", help="Run the command (needs the verl extra and GPUs)."),
     python: str = typer.Option(sys.executable, "--python", help="The Python that runs verl."),
-    data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Shared data dir the agent loop's envs read. "
+    data_dir: Path | None = typer.Option(None, "--data-dir", help="Shared data dir the agent loop's envs read. "
                                             "Default: $TOOLORCHESTRA_DATA or ../shared/data."),
-    steps: Optional[int] = typer.Option(None, "--steps", min=1, help="Override trainer.total_training_steps."),
+    steps: int | None = typer.Option(None, "--steps", min=1, help="Override trainer.total_training_steps."),
 ) -> None:
     """Print the verl command line for CONFIG (or run it with --launch)."""
     from toolorchestra.errors import UserError

@@ -91,7 +91,7 @@ def expected_group_rewards(
     fixed = group_rewards(features, [True] * len(features), others) if others else [0.0] * len(features)
     all_right = math.prod(p_correct)
     accuracy_weight = float(preference.get("accuracy", 0.0))
-    return [p * d + accuracy_weight * (p - all_right) for p, d in zip(p_correct, fixed)]
+    return [p * d + accuracy_weight * (p - all_right) for p, d in zip(p_correct, fixed, strict=True)]
 
 
 def with_cost_floor(preference: Mapping[str, float], cost_floor: float, cost_scale: float = 1.0) -> dict[str, float]:
@@ -171,4 +171,5 @@ def _clip(value: float) -> float:
     return max(-ADVANTAGE_CLIP, min(ADVANTAGE_CLIP, value))
 
 
-__all__ = ["batch_advantages", "expected_group_rewards", "group_advantages", "group_rewards", "reward_std", "with_cost_floor", "NEGATED_FEATURES"]
+__all__ = ["batch_advantages", "expected_group_rewards", "group_advantages", "group_rewards", "reward_std",
+           "with_cost_floor", "NEGATED_FEATURES"]

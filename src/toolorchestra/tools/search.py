@@ -36,13 +36,15 @@ def load_corpus(path: Path) -> list[dict[str, str]]:
         raise UserError(f"search corpus {path}: file not found")
     raw = path.read_text(encoding="utf-8")
     try:
-        records = json.loads(raw) if raw.lstrip().startswith("[") else [json.loads(l) for l in raw.splitlines() if l.strip()]
+        records = json.loads(raw) if raw.lstrip().startswith("[") \
+            else [json.loads(line) for line in raw.splitlines() if line.strip()]
     except json.JSONDecodeError as exc:
         raise UserError(f"search corpus {path}: not valid JSON or JSONL ({exc})") from None
     passages = []
     for index, record in enumerate(records):
         if not isinstance(record, dict) or not isinstance(record.get("text"), str):
-            raise UserError(f"search corpus {path}: passage {index} needs a string field 'text' (and optionally 'title')")
+            raise UserError(f"search corpus {path}: passage {index} needs a string field 'text' "
+                            "(and optionally 'title')")
         passages.append({"title": str(record.get("title", "")), "text": record["text"]})
     return passages
 
@@ -81,7 +83,7 @@ class BM25Index:
         k = min(top_k, len(self.passages))
         with self._lock:  # bm25s retrieval is not documented as thread-safe
             ids, scores = self.retriever.retrieve(tokens, k=k, show_progress=False, n_threads=1)
-        return [(self.passages[int(i)], float(s)) for i, s in zip(ids[0], scores[0]) if float(s) > 0]
+        return [(self.passages[int(i)], float(s)) for i, s in zip(ids[0], scores[0], strict=True) if float(s) > 0]
 
 
 def _save_atomically(retriever: Any, index_dir: Path) -> None:

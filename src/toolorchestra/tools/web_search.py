@@ -53,7 +53,8 @@ class WebSearchTool(Tool):
         self.price_per_call = price_per_call
         self.parameters = {
             "type": "object",
-            "properties": {"query": {"type": "string", "minLength": 1, "description": "what to search for, as a search-engine query"}},
+            "properties": {"query": {"type": "string", "minLength": 1,
+                                     "description": "what to search for, as a search-engine query"}},
             "required": ["query"],
         }
         # One HTTP client per event loop: a connection pool cannot outlive the loop it was made on.

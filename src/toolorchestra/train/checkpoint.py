@@ -102,7 +102,7 @@ def average_checkpoints(checkpoints: list[Path], out_dir: Path) -> Path:
         raise ValueError("average_checkpoints: no checkpoint given")
     states = [torch.load(path / "trainable.pt", map_location="cpu") for path in checkpoints]
     names = set(states[0])
-    for path, state in zip(checkpoints, states):
+    for path, state in zip(checkpoints, states, strict=True):
         if set(state) != names:
             raise ValueError(f"{path}: its trainable weights differ from {checkpoints[0]}'s; average checkpoints "
                              "of one run")

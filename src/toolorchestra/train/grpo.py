@@ -29,9 +29,9 @@ class LossStats:
     tokens: int
 
 
-def token_logprobs(model: Any, input_ids: "torch.Tensor", attention_mask: "torch.Tensor", temperature: float = 1.0,
-                   with_entropy: bool = False, mask: "torch.Tensor | None" = None,
-                   ) -> tuple["torch.Tensor", "torch.Tensor | None"]:
+def token_logprobs(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float = 1.0,
+                   with_entropy: bool = False, mask: torch.Tensor | None = None,
+                   ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log p(token t | tokens < t) for t = 1..T-1, shape [B, T-1], of the distribution sampled from
     (logits / temperature, as verl scores rollouts); and optionally the entropy at each position.
 
@@ -50,12 +50,13 @@ def token_logprobs(model: Any, input_ids: "torch.Tensor", attention_mask: "torch
     full = torch.zeros(selected.shape, dtype=values.dtype, device=values.device)
     full = full.masked_scatter(selected, values)
     if entropy is not None:
-        entropy = torch.zeros(selected.shape, dtype=entropy.dtype, device=entropy.device).masked_scatter(selected, entropy)
+        entropy = torch.zeros(selected.shape, dtype=entropy.dtype,
+                              device=entropy.device).masked_scatter(selected, entropy)
     return full, entropy
 
 
-def _logprobs_of(logits: "torch.Tensor", targets: "torch.Tensor", temperature: float,
-                 with_entropy: bool) -> tuple["torch.Tensor", "torch.Tensor | None"]:
+def _logprobs_of(logits: torch.Tensor, targets: torch.Tensor, temperature: float,
+                 with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
     import torch
 
     logits = logits.float() / temperature
@@ -69,12 +70,12 @@ def _logprobs_of(logits: "torch.Tensor", targets: "torch.Tensor", temperature: f
     return logprobs, entropy
 
 
-def broadcast_advantages(advantages: "torch.Tensor", mask: "torch.Tensor") -> "torch.Tensor":
+def broadcast_advantages(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Each episode's scalar advantage on every token it generated (mask 1), 0 elsewhere."""
     return advantages.unsqueeze(-1).to(mask.dtype if mask.is_floating_point() else advantages.dtype) * mask
 
 
-def low_var_kl(logprobs: "torch.Tensor", ref_logprobs: "torch.Tensor") -> "torch.Tensor":
+def low_var_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
     """k3 = exp(ref - logp) - (ref - logp) - 1, an unbiased, non-negative estimate of KL(pi || ref)."""
     import torch
 
@@ -83,20 +84,20 @@ def low_var_kl(logprobs: "torch.Tensor", ref_logprobs: "torch.Tensor") -> "torch
 
 
 def policy_loss(
-    logprobs: "torch.Tensor",
-    old_logprobs: "torch.Tensor",
-    advantages: "torch.Tensor",
-    mask: "torch.Tensor",
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
     *,
     clip_ratio_low: float = 0.2,
     clip_ratio_high: float = 0.28,
     clip_ratio_c: float = 3.0,
-    ref_logprobs: "torch.Tensor | None" = None,
+    ref_logprobs: torch.Tensor | None = None,
     kl_coef: float = 0.0,
     loss_agg_mode: LossAggMode = "token-mean",
     global_tokens: int | None = None,
     global_sequences: int | None = None,
-) -> tuple["torch.Tensor", LossStats]:
+) -> tuple[torch.Tensor, LossStats]:
     """The clipped GRPO objective (to minimize) of one micro-batch.
 
     logprobs, old_logprobs, mask: [B, T]; advantages: [B] (one per episode, broadcast to its tokens).
@@ -125,8 +126,8 @@ def policy_loss(
     return loss, stats
 
 
-def aggregate(per_token: "torch.Tensor", mask: "torch.Tensor", mode: LossAggMode, global_tokens: int | None = None,
-              global_sequences: int | None = None) -> "torch.Tensor":
+def aggregate(per_token: torch.Tensor, mask: torch.Tensor, mode: LossAggMode, global_tokens: int | None = None,
+              global_sequences: int | None = None) -> torch.Tensor:
     """Reduce [B, T] token losses to a scalar as verl's `agg_loss` does, with global denominators."""
     if mode == "token-mean":
         denominator = global_tokens if global_tokens is not None else mask.sum().clamp(min=1)

@@ -11,7 +11,8 @@ opposed to the policy's own bad arguments). The SFT warm start raises the same e
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from toolorchestra.errors import TrainingError
 

@@ -62,7 +62,7 @@ def plot(run_dirs: list[Path], out: Path) -> None:
         sft_axis.set_title("SFT loss (policy tokens)", fontsize=10)
         sft_axis.set_xlabel("SFT step")
         sft_axis.grid(alpha=0.3)
-    for axis, (key, title) in zip(axes, PANELS):
+    for axis, (key, title) in zip(axes, PANELS, strict=True):
         for name, (_, records) in runs.items():
             if records:
                 axis.plot([record["step"] for record in records], [record.get(key, float("nan")) for record in records],
@@ -71,7 +71,8 @@ def plot(run_dirs: list[Path], out: Path) -> None:
         axis.set_xlabel("GRPO step")
         axis.grid(alpha=0.3)
     if len(runs) > 1:
-        handles = {label: handle for axis in figure.axes for handle, label in zip(*axis.get_legend_handles_labels())}
+        handles = {label: handle for axis in figure.axes
+                   for handle, label in zip(*axis.get_legend_handles_labels(), strict=True)}
         figure.legend(list(handles.values()), list(handles), loc="lower right", fontsize=8)
     figure.suptitle(" + ".join(runs), fontsize=11)
     figure.tight_layout()

@@ -17,7 +17,8 @@ token is scored go through the vocabulary projection.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from toolorchestra.backends.prefix_cache import common_prefix_length
 
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 
 def continuation_logprobs(model: Any, prompts: Sequence[Sequence[int]],
                           continuations: Sequence[Sequence[Sequence[int]]], pad_id: int,
-                          temperature: float = 1.0) -> list["torch.Tensor"]:
+                          temperature: float = 1.0) -> list[torch.Tensor]:
     """For prompt i and its continuations j: log p(continuation_ij | prompt_i), summed over its tokens.
 
     Returns one tensor per prompt of shape [len(continuations[i])], differentiable w.r.t. the model's
@@ -46,7 +47,7 @@ class SharedPrefix:
     pass once. The parameter gradients equal those of one loss over the whole batch."""
 
     def __init__(self, model: Any, prompts: Sequence[Sequence[int]], pad_id: int, detach: bool = True,
-                 limit: int | None = None, parent: "SharedPrefix | None" = None) -> None:
+                 limit: int | None = None, parent: SharedPrefix | None = None) -> None:
         import torch
 
         if not prompts or any(len(prompt) < 1 for prompt in prompts):
@@ -66,8 +67,8 @@ class SharedPrefix:
             start = parent.shared
             if self.shared < start or any(prompt[:start] != parent.prompts[0][:start] for prompt in self.prompts):
                 raise ValueError("a child SharedPrefix's prompts must all start with its parent's prefix")
-        self._computed: list[tuple["torch.Tensor", "torch.Tensor"]] = []
-        self._leaves: list[tuple["torch.Tensor", "torch.Tensor"]] = []
+        self._computed: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self._leaves: list[tuple[torch.Tensor, torch.Tensor]] = []
         if parent is not None and self.shared == start:
             self._computed = self._leaves = parent._leaves  # nothing of its own: the parent collects the gradient
         elif self.shared > 0:
@@ -87,14 +88,14 @@ class SharedPrefix:
         """Send the gradient the chunks left on the detached cache through the prefix pass."""
         import torch
 
-        pairs = [(computed, leaf.grad) for computed_pair, leaf_pair in zip(self._computed, self._leaves)
-                 for computed, leaf in zip(computed_pair, leaf_pair)
+        pairs = [(computed, leaf.grad) for computed_pair, leaf_pair in zip(self._computed, self._leaves, strict=True)
+                 for computed, leaf in zip(computed_pair, leaf_pair, strict=True)
                  if computed is not leaf and computed.requires_grad and leaf.grad is not None]
         if pairs:
             torch.autograd.backward([computed for computed, _ in pairs], [grad for _, grad in pairs])
 
     def score(self, indices: Sequence[int], continuations: Sequence[Sequence[Sequence[int]]],
-              temperature: float = 1.0, prompt_tails: Sequence[int] | None = None) -> list["torch.Tensor"]:
+              temperature: float = 1.0, prompt_tails: Sequence[int] | None = None) -> list[torch.Tensor]:
         """log p(continuation | prompt) summed over tokens, for prompts `indices` and their continuations.
 
         With `prompt_tails`, each result gets one more entry at the end: the summed log-prob of the last
@@ -142,9 +143,9 @@ class SharedPrefix:
             start += len(conts)
         return results
 
-    def _packed_tails(self, decoder: Any, head: Any, cache: Any, attention: "torch.Tensor",
-                      prompt_lengths: "torch.Tensor", continuations: Sequence[Sequence[Sequence[int]]],
-                      temperature: float) -> "torch.Tensor":
+    def _packed_tails(self, decoder: Any, head: Any, cache: Any, attention: torch.Tensor,
+                      prompt_lengths: torch.Tensor, continuations: Sequence[Sequence[Sequence[int]]],
+                      temperature: float) -> torch.Tensor:
         """log p(tokens 2.. of each continuation), one entry per continuation in order, from one pass per
         prompt row that packs its continuations' inputs (all tokens but the last) side by side."""
         import torch
@@ -181,8 +182,8 @@ class SharedPrefix:
         total = sum(len(conts) for conts in continuations)
         return torch.zeros(total, dtype=values.dtype, device=device).index_add(0, segment[scored], values)
 
-    def _prompt_tail_logprobs(self, hidden: "torch.Tensor", suffix_ids: "torch.Tensor", lengths: "torch.Tensor",
-                              tails: Sequence[int], temperature: float) -> "torch.Tensor":
+    def _prompt_tail_logprobs(self, hidden: torch.Tensor, suffix_ids: torch.Tensor, lengths: torch.Tensor,
+                              tails: Sequence[int], temperature: float) -> torch.Tensor:
         import torch
 
         head = self.base.get_output_embeddings()
@@ -208,7 +209,7 @@ class SharedPrefix:
         return DynamicCache(ddp_cache_data=data, config=self.base.config)
 
 
-def _cache_from(pairs: Sequence[tuple["torch.Tensor", "torch.Tensor"]], base: Any) -> Any:
+def _cache_from(pairs: Sequence[tuple[torch.Tensor, torch.Tensor]], base: Any) -> Any:
     from transformers import DynamicCache
 
     return DynamicCache(ddp_cache_data=list(pairs), config=base.config)
@@ -220,7 +221,7 @@ def _new_cache(base: Any) -> Any:
     return DynamicCache(config=base.config)
 
 
-def _right_pad(sequences: Sequence[Sequence[int]], pad_id: int, device: Any) -> tuple["torch.Tensor", "torch.Tensor"]:
+def _right_pad(sequences: Sequence[Sequence[int]], pad_id: int, device: Any) -> tuple[torch.Tensor, torch.Tensor]:
     import torch
 
     width = max(len(sequence) for sequence in sequences)
@@ -232,9 +233,9 @@ def _right_pad(sequences: Sequence[Sequence[int]], pad_id: int, device: Any) -> 
     return ids.to(device), mask.to(device)
 
 
-def prefix_token_logprobs(model: Any, input_ids: "torch.Tensor", attention_mask: "torch.Tensor",
-                          mask: "torch.Tensor", temperature: float = 1.0, with_entropy: bool = False,
-                          min_shared: int = 64) -> tuple["torch.Tensor", "torch.Tensor | None"]:
+def prefix_token_logprobs(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                          mask: torch.Tensor, temperature: float = 1.0, with_entropy: bool = False,
+                          min_shared: int = 64) -> tuple[torch.Tensor, torch.Tensor | None]:
     """`grpo.token_logprobs` for right-padded rows that share a long prompt prefix (a ToolScale domain's policy
     and tool schemas: thousands of tokens before each row's own question and turns).
 

@@ -84,7 +84,7 @@ class Database:
 
     def __init__(self, domain: Domain) -> None:
         self.domain = domain
-        self.changed: dict[tuple[str, str], dict[str, Any]] = {}
+        self.changed: dict[tuple[str, str], dict[str, Any] | None] = {}  # None: a tombstone over a base record
 
     def keys(self, collection: str) -> list[str]:
         """Base keys (less deleted ones), then keys created in this episode, in creation order."""
@@ -98,7 +98,8 @@ class Database:
         return self.domain.base[collection].get(key)
 
     def records(self, collection: str) -> list[tuple[str, dict[str, Any]]]:
-        return [(key, self.get(collection, key)) for key in self.keys(collection)]  # type: ignore[misc]
+        # keys() lists only live records, so the filter drops nothing; it tells the type checker so
+        return [(key, record) for key in self.keys(collection) if (record := self.get(collection, key)) is not None]
 
     def create(self, collection: str, key: str, record: dict[str, Any]) -> dict[str, Any]:
         """Add a record under a new key (KeyError if the key is taken)."""

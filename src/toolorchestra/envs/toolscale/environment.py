@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from toolorchestra.envs.base import Env, Score, Task
 from toolorchestra.envs.toolscale.data import DOMAINS, Domain, load_domain
@@ -37,8 +37,8 @@ class FinalAnswerTool(Tool):
 
     name = "answer"
     description = "Reply to the user and end the conversation."
-    parameters: ClassVar[dict[str, Any]] = {"type": "object", "properties": {"answer": {"type": "string"}},
-                                            "required": ["answer"], "additionalProperties": False}
+    parameters: dict[str, Any] = {"type": "object", "properties": {"answer": {"type": "string"}},
+                                  "required": ["answer"], "additionalProperties": False}
 
     async def run(self, arguments: dict[str, Any], context: ToolContext) -> ToolResult:
         answer = arguments.get("answer") if isinstance(arguments, dict) else None

@@ -10,8 +10,9 @@ fewest trials any task has.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from math import comb
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from toolorchestra.agent.trajectory import Step, Trajectory
 
@@ -23,7 +24,7 @@ def is_success(reward: float) -> bool:
     return abs(reward - 1.0) <= SUCCESS_TOLERANCE
 
 
-def pass_hat_k(successes_per_task: dict[str, Sequence[bool]]) -> dict[int, float]:
+def pass_hat_k(successes_per_task: Mapping[str, Sequence[bool]]) -> dict[int, float]:
     """pass^k for k = 1..(fewest trials of a task), each the mean over tasks of C(c, k) / C(n, k)."""
     if not successes_per_task:
         return {}
@@ -76,7 +77,7 @@ def summarize_tau2(trajectories: Sequence[Trajectory]) -> dict[str, Any]:
     """The metrics block of a tau2 run over `trajectories` (one per simulation, any order)."""
     rewards = [float(trajectory.score_details.get("reward", 0.0)) for trajectory in trajectories]
     successes: dict[str, list[bool]] = {}
-    for trajectory, reward in zip(trajectories, rewards):
+    for trajectory, reward in zip(trajectories, rewards, strict=True):
         successes.setdefault(trajectory.task_id, []).append(is_success(reward))
     trials = Counter(len(values) for values in successes.values())
     errors = [str(t.score_details["error"]) for t in trajectories if t.score_details.get("error")]

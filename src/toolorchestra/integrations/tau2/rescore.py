@@ -21,12 +21,11 @@ import json
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any
 
 from toolorchestra.integrations.tau2.results import is_solo_mode, load_results, results_domain
 from toolorchestra.integrations.tau2.runtime import require_tau2
-from toolorchestra.integrations.tau2.tasks import TaskChoice, TaskIds, choose_task, installed_tasks, \
-    task_differences
+from toolorchestra.integrations.tau2.tasks import TaskChoice, TaskIds, choose_task, installed_tasks, task_differences
 
 if TYPE_CHECKING:
     from tau2.data_model.simulation import RewardInfo, SimulationRun
@@ -42,10 +41,10 @@ class SimulationScore:
 
     simulation_id: str
     file_task_id: str
-    scored_task_id: Optional[str]
-    trial: Optional[int]
-    recorded: Optional[float]
-    ours: Optional[float]
+    scored_task_id: str | None
+    trial: int | None
+    recorded: float | None
+    ours: float | None
     reasons: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -90,7 +89,7 @@ class RescoreReport:
         out.write_text(json.dumps(self.to_json(), indent=2) + "\n")
 
 
-def rescore_file(path: Path | str, domain: Optional[str] = None,
+def rescore_file(path: Path | str, domain: str | None = None,
                  task_ids: TaskIds | str = TaskIds.AUTO) -> RescoreReport:
     """Re-score every simulation of the results file at `path` (see the module docstring)."""
     mode = TaskIds(task_ids)
@@ -105,8 +104,8 @@ def rescore_file(path: Path | str, domain: Optional[str] = None,
     return RescoreReport(str(path), chosen_domain, mode.value, version, scores)
 
 
-def rescore_simulation(simulation: "SimulationRun", choice: TaskChoice, domain: str, solo: bool,
-                       file_tasks: dict[str, "Task"]) -> SimulationScore:
+def rescore_simulation(simulation: SimulationRun, choice: TaskChoice, domain: str, solo: bool,
+                       file_tasks: dict[str, Task]) -> SimulationScore:
     """Score one simulation against the chosen task and explain a disagreement with the recorded reward."""
     recorded = simulation.reward_info
     score = SimulationScore(simulation.id, simulation.task_id, choice.scored_task_id, simulation.trial,
@@ -136,8 +135,8 @@ def rescore_simulation(simulation: "SimulationRun", choice: TaskChoice, domain: 
     return score
 
 
-def evaluate_offline(simulation: "SimulationRun", task: "Task", domain: str,
-                     solo: bool) -> tuple["RewardInfo", list[str]]:
+def evaluate_offline(simulation: SimulationRun, task: Task, domain: str,
+                     solo: bool) -> tuple[RewardInfo, list[str]]:
     """tau2's evaluation with every check that needs no LLM, and notes on what was left out."""
     from tau2.data_model.tasks import RewardType
     from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation
@@ -171,8 +170,8 @@ def replay_failure(exc: Exception) -> str:
     return f"evaluator error: {type(exc).__name__}: {first_line}"
 
 
-def explain(recorded: Optional["RewardInfo"], ours: "RewardInfo", task: "Task",
-            simulation: "SimulationRun") -> list[str]:
+def explain(recorded: RewardInfo | None, ours: RewardInfo, task: Task,
+            simulation: SimulationRun) -> list[str]:
     """Why our reward differs from the recorded one: every component that differs, each named."""
     if recorded is None:
         return ["the file records no reward_info for this simulation"]
@@ -190,7 +189,7 @@ def explain(recorded: Optional["RewardInfo"], ours: "RewardInfo", task: "Task",
     return reasons
 
 
-def check_differences(recorded: "RewardInfo", ours: "RewardInfo", task: "Task") -> list[str]:
+def check_differences(recorded: RewardInfo, ours: RewardInfo, task: Task) -> list[str]:
     """The offline checks (reward_basis, DB, env assertions, actions, communicated info) whose verdicts differ.
 
     Also asked when the rewards agree: equal rewards from different verdicts would be luck, not validation."""
@@ -207,12 +206,12 @@ def _counted(kind: str, basis: set[str]) -> str:
     return "" if kind in basis else " (not in reward_basis)"
 
 
-def _breakdown(info: "RewardInfo") -> dict[str, float]:
+def _breakdown(info: RewardInfo) -> dict[str, float]:
     return {key.value if hasattr(key, "value") else str(key): value
             for key, value in (info.reward_breakdown or {}).items()}
 
 
-def _basis_reason(recorded: "RewardInfo", basis: set[str]) -> list[str]:
+def _basis_reason(recorded: RewardInfo, basis: set[str]) -> list[str]:
     # tau2's RewardInfo fills a missing reward_basis with [DB]: only a basis the file wrote is evidence.
     if recorded.reward_basis is None or "reward_basis" not in recorded.model_fields_set:
         return []
@@ -222,7 +221,7 @@ def _basis_reason(recorded: "RewardInfo", basis: set[str]) -> list[str]:
     return [f"reward_basis: recorded {sorted(theirs)}, installed task {sorted(basis)}"]
 
 
-def _db_reason(recorded: "RewardInfo", ours: "RewardInfo", basis: set[str]) -> list[str]:
+def _db_reason(recorded: RewardInfo, ours: RewardInfo, basis: set[str]) -> list[str]:
     if recorded.db_check is None or ours.db_check is None:
         return []
     if recorded.db_check.db_match == ours.db_check.db_match:
@@ -239,8 +238,8 @@ def _met(met: bool) -> str:
     return "met" if met else "not met"
 
 
-def _env_assertion_reasons(recorded: "RewardInfo", ours: "RewardInfo", basis: set[str]) -> list[str]:
-    def keyed(info: "RewardInfo") -> dict[str, bool]:
+def _env_assertion_reasons(recorded: RewardInfo, ours: RewardInfo, basis: set[str]) -> list[str]:
+    def keyed(info: RewardInfo) -> dict[str, bool]:
         return {f"{check.env_assertion.env_type}.{check.env_assertion.func_name}"
                 f"({json.dumps(check.env_assertion.arguments, sort_keys=True)})": check.met
                 for check in info.env_assertions or []}
@@ -248,16 +247,16 @@ def _env_assertion_reasons(recorded: "RewardInfo", ours: "RewardInfo", basis: se
     return _per_item_reasons("env_assertions", keyed(recorded), keyed(ours), "ENV_ASSERTION" in basis)
 
 
-def _action_reasons(recorded: "RewardInfo", ours: "RewardInfo", basis: set[str]) -> list[str]:
-    def keyed(info: "RewardInfo") -> dict[str, bool]:
+def _action_reasons(recorded: RewardInfo, ours: RewardInfo, basis: set[str]) -> list[str]:
+    def keyed(info: RewardInfo) -> dict[str, bool]:
         return {f"{check.action.name} [{check.action.action_id}]": check.action_match
                 for check in info.action_checks or []}
 
     return _per_item_reasons("action_checks", keyed(recorded), keyed(ours), "ACTION" in basis)
 
 
-def _communicate_reasons(recorded: "RewardInfo", ours: "RewardInfo", basis: set[str]) -> list[str]:
-    def keyed(info: "RewardInfo") -> dict[str, bool]:
+def _communicate_reasons(recorded: RewardInfo, ours: RewardInfo, basis: set[str]) -> list[str]:
+    def keyed(info: RewardInfo) -> dict[str, bool]:
         return {repr(check.info): check.met for check in info.communicate_checks or []}
 
     return _per_item_reasons("communicate_checks", keyed(recorded), keyed(ours), "COMMUNICATE" in basis)
@@ -296,7 +295,7 @@ def _first_items(items: list[str], shown: int = 3) -> str:
     return ", ".join(items[:shown]) + more
 
 
-def _nl_reasons(recorded: "RewardInfo", basis: set[str]) -> list[str]:
+def _nl_reasons(recorded: RewardInfo, basis: set[str]) -> list[str]:
     if "NL_ASSERTION" not in basis:
         return []
     checks = recorded.nl_assertions or []

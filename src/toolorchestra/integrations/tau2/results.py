@@ -25,7 +25,7 @@ EXPECTED = ("a tau2 results JSON (an object with info, tasks and simulations, as
             "and the tau2-bench leaderboard publishes)")
 
 
-def load_results(path: Path | str) -> "Results":
+def load_results(path: Path | str) -> Results:
     """Read and validate `path` with tau2's `Results` model."""
     path = Path(path)
     data = _parse_json(path, _read_text(path))  # before importing tau2 (seconds): a wrong path fails fast
@@ -71,7 +71,7 @@ def _first_problem(error: ValidationError) -> str:
     return f"{where}: {first['msg']}{more}"
 
 
-def results_domain(results: "Results", path: Path | str, override: str | None = None) -> str:
+def results_domain(results: Results, path: Path | str, override: str | None = None) -> str:
     """The domain to score against: `override` (the CLI's --domain) or the file's environment_info."""
     domain = override or results.info.environment_info.domain_name
     if domain not in DOMAINS:
@@ -81,7 +81,7 @@ def results_domain(results: "Results", path: Path | str, override: str | None = 
     return domain
 
 
-def is_solo_mode(results: "Results") -> bool:
+def is_solo_mode(results: Results) -> bool:
     """Whether the run was tau2's solo mode (agent alone, no user simulator).
 
     Solo mode changes which tools the evaluator's replayed environment allows, so it must match the run."""

@@ -26,14 +26,15 @@ import json
 import random
 import threading
 import time
+from collections.abc import Callable, Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Coroutine, Iterator, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from toolorchestra.agent.preference import Preference
-from toolorchestra.agent.trajectory import Trajectory, read_trajectories, write_trajectory
+from toolorchestra.agent.trajectory import StopReason, Trajectory, read_trajectories, write_trajectory
 from toolorchestra.backends.pool import ModelPool
 from toolorchestra.bench.eval import claim_dir
 from toolorchestra.catalog.schema import Catalog
@@ -54,7 +55,8 @@ RESULTS = "tau2_results.json"
 TRAJECTORIES = "trajectories.jsonl"
 METRICS = "metrics.json"
 EXPERT_TOOL_NAMES = ("call_expert", "expert")  # the catalog tool whose labels are the experts, in this order
-STOPPED = {"user_stop": "answer", "agent_stop": "answer", "max_steps": "max_turns"}  # tau2 -> our stop_reason
+# tau2's termination reason -> our stop_reason
+STOPPED: dict[str, StopReason] = {"user_stop": "answer", "agent_stop": "answer", "max_steps": "max_turns"}
 
 T = TypeVar("T")
 
@@ -65,21 +67,21 @@ class Tau2EvalRequest:
 
     env: str
     out: Path
-    config: Optional[Path] = None
-    policy: Optional[str] = None
-    split: Optional[str] = None
-    task_ids: Optional[list[str]] = None
-    limit: Optional[int] = None
+    config: Path | None = None
+    policy: str | None = None
+    split: str | None = None
+    task_ids: list[str] | None = None
+    limit: int | None = None
     num_trials: int = 1
     max_steps: int = DEFAULT_MAX_STEPS
     max_errors: int = DEFAULT_MAX_ERRORS
     max_turns: int = 4
     max_tokens: int = 256
-    user_model: Optional[str] = None
-    user_base_url: Optional[str] = None
-    user_max_tokens: Optional[int] = None
-    prefer: Optional[str] = None
-    seed: Optional[int] = None
+    user_model: str | None = None
+    user_base_url: str | None = None
+    user_max_tokens: int | None = None
+    prefer: str | None = None
+    seed: int | None = None
     concurrency: int = 1
 
     @property
@@ -116,13 +118,13 @@ def parse_env(env: str) -> str:
 # ---- choosing the models -------------------------------------------------------------------------------
 
 
-def load_pool_catalog(config: Optional[Path]) -> Catalog:
+def load_pool_catalog(config: Path | None) -> Catalog:
     from toolorchestra.catalog import default_catalog, load_catalog
 
     return load_catalog(config) if config is not None else default_catalog()
 
 
-def orchestrator_model(policy: Optional[str], catalog: Catalog, where: str) -> str:
+def orchestrator_model(policy: str | None, catalog: Catalog, where: str) -> str:
     """The orchestrator's model: `--policy orchestrator:MODEL`, else the pool's orchestrator."""
     if policy is None:
         return catalog.orchestrator
@@ -148,7 +150,7 @@ def expert_labels(catalog: Catalog, where: str) -> dict[str, str]:
                     "whose models map labels such as expert-1..3 to models of the pool")
 
 
-def user_model(requested: Optional[str], experts: dict[str, str], catalog: Catalog, where: str) -> str:
+def user_model(requested: str | None, experts: dict[str, str], catalog: Catalog, where: str) -> str:
     """The user simulator's model: --user-model, else the model behind the first expert label."""
     model = requested or next(iter(experts.values()))
     _check_model(model, catalog, "--user-model ", where)
@@ -164,8 +166,8 @@ def _check_model(model: str, catalog: Catalog, option: str, where: str) -> None:
 # ---- choosing the tasks --------------------------------------------------------------------------------
 
 
-def select_tasks(domain: str, split: Optional[str], task_ids: Optional[list[str]],
-                 limit: Optional[int]) -> list["Task"]:
+def select_tasks(domain: str, split: str | None, task_ids: list[str] | None,
+                 limit: int | None) -> list[Task]:
     """--task-ids among every task of the domain (any split), else the split's tasks; then the first --limit."""
     from toolorchestra.integrations.tau2.tasks import installed_tasks
 
@@ -182,7 +184,7 @@ def select_tasks(domain: str, split: Optional[str], task_ids: Optional[list[str]
     return tasks[:limit] if limit is not None else tasks
 
 
-def _split_tasks(domain: str, split: str, everything: dict[str, "Task"]) -> list["Task"]:
+def _split_tasks(domain: str, split: str, everything: dict[str, Task]) -> list[Task]:
     from tau2.registry import registry
 
     splits_loader = registry.get_task_splits_loader(domain)
@@ -214,7 +216,7 @@ class LoopThread:
     def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
 
-    def close(self, pool: Optional[ModelPool] = None) -> None:
+    def close(self, pool: ModelPool | None = None) -> None:
         if pool is not None:
             self.run(pool.aclose())  # on the loop that opened the connections
         self.loop.call_soon_threadsafe(self.loop.stop)
@@ -223,7 +225,7 @@ class LoopThread:
 
 
 @contextmanager
-def user_endpoint(base_url: Optional[str], pool: ModelPool) -> Iterator[str]:
+def user_endpoint(base_url: str | None, pool: ModelPool) -> Iterator[str]:
     """The OpenAI-compatible base URL the user simulator is sent to: `base_url`, else a `serve` over `pool`
     started here on 127.0.0.1 for the duration of the run."""
     if base_url is not None:
@@ -260,7 +262,7 @@ class Setup:
     preference: dict[str, Any] = field(default_factory=dict)
 
 
-def run_simulation(setup: Setup, task: "Task", trial: int, seed: int) -> tuple["SimulationRun", Trajectory]:
+def run_simulation(setup: Setup, task: Task, trial: int, seed: int) -> tuple[SimulationRun, Trajectory]:
     """One tau2 simulation of `task`, scored by tau2's evaluator; a failure becomes a failed simulation
     (reward 0, as tau2's `skip_failed_samples` records it) and a trajectory naming the error."""
     from tau2.orchestrator.orchestrator import Orchestrator
@@ -289,20 +291,20 @@ def run_simulation(setup: Setup, task: "Task", trial: int, seed: int) -> tuple["
     return simulation, _trajectory(setup, task, simulation, agent, user, orchestrator, notes=notes)
 
 
-def _user_tools(environment: Any) -> Optional[list[Any]]:
+def _user_tools(environment: Any) -> list[Any] | None:
     try:  # only some domains (telecom) give the user tools; the others raise
         return environment.get_user_tools()
     except Exception:
         return None
 
 
-def _score(simulation: "SimulationRun", task: "Task", domain: str) -> tuple[Any, list[str]]:
+def _score(simulation: SimulationRun, task: Task, domain: str) -> tuple[Any, list[str]]:
     from toolorchestra.integrations.tau2.rescore import evaluate_offline
 
     return evaluate_offline(simulation, task, domain, solo=False)
 
 
-def _failed_simulation(task: "Task", trial: int, seed: int, duration: float) -> "SimulationRun":
+def _failed_simulation(task: Task, trial: int, seed: int, duration: float) -> SimulationRun:
     from tau2.data_model.simulation import RewardInfo, SimulationRun, TerminationReason
     from tau2.utils.utils import get_now
 
@@ -312,8 +314,8 @@ def _failed_simulation(task: "Task", trial: int, seed: int, duration: float) -> 
                          trial=trial, seed=seed, reward_info=RewardInfo(reward=0.0), skipped=True)
 
 
-def _trajectory(setup: Setup, task: "Task", simulation: "SimulationRun", agent: Any, user: Any, orchestrator: Any,
-                error: Optional[str] = None, notes: Optional[list[str]] = None) -> Trajectory:
+def _trajectory(setup: Setup, task: Task, simulation: SimulationRun, agent: Any, user: Any, orchestrator: Any,
+                error: str | None = None, notes: list[str] | None = None) -> Trajectory:
     reward = simulation.reward_info.reward if simulation.reward_info is not None else 0.0
     termination = simulation.termination_reason.value
     state = orchestrator.agent_state
@@ -336,7 +338,7 @@ def _trajectory(setup: Setup, task: "Task", simulation: "SimulationRun", agent: 
         score_details=details, latency_s=agent.latency_s)
 
 
-def _breakdown(simulation: "SimulationRun") -> dict[str, float]:
+def _breakdown(simulation: SimulationRun) -> dict[str, float]:
     info = simulation.reward_info
     if info is None or not info.reward_breakdown:
         return {}
@@ -350,7 +352,7 @@ class Tau2Output:
     """The output dir of one run: tau2's Results file and our trajectories, written as each simulation ends
     (under a lock: simulations end in worker threads), and what a resumed run has already done."""
 
-    def __init__(self, out: Path, info: "Info", tasks: list["Task"]) -> None:
+    def __init__(self, out: Path, info: Info, tasks: list[Task]) -> None:
         from tau2.data_model.simulation import Results
 
         self.out = out
@@ -373,7 +375,7 @@ class Tau2Output:
         drop_torn_tail(self.trajectories_path)
         return list(read_trajectories(self.trajectories_path))
 
-    def add(self, simulation: "SimulationRun", trajectory: Trajectory) -> None:
+    def add(self, simulation: SimulationRun, trajectory: Trajectory) -> None:
         with self._lock:
             self.results.simulations.append(simulation)
             self.results.save(self.results_path)  # tau2's own writer: the leaderboard's format
@@ -396,8 +398,8 @@ def check_request(request: Tau2EvalRequest) -> None:
         raise UserError(f"--user-max-tokens {request.user_max_tokens}: expected at least 1")
 
 
-def run_tau2_eval(request: Tau2EvalRequest, *, catalog: Optional[Catalog] = None, pool: Optional[ModelPool] = None,
-                  on_simulation: Optional[Callable[[Trajectory], None]] = None) -> dict[str, Any]:
+def run_tau2_eval(request: Tau2EvalRequest, *, catalog: Catalog | None = None, pool: ModelPool | None = None,
+                  on_simulation: Callable[[Trajectory], None] | None = None) -> dict[str, Any]:
     """Run every (task, trial) not yet in the output dir; write and return the metrics (see module docstring).
 
     `catalog` and `pool` replace the ones --config would give (tests pass fake backends this way)."""
@@ -439,13 +441,13 @@ def run_tau2_eval(request: Tau2EvalRequest, *, catalog: Optional[Catalog] = None
     return _write_metrics(request, manifest, output, tasks, time.perf_counter() - started)
 
 
-def _run_all(setup: Setup, output: Tau2Output, tasks: list["Task"], request: Tau2EvalRequest,
-             on_simulation: Optional[Callable[[Trajectory], None]]) -> None:
+def _run_all(setup: Setup, output: Tau2Output, tasks: list[Task], request: Tau2EvalRequest,
+             on_simulation: Callable[[Trajectory], None] | None) -> None:
     seeds = trial_seeds(request.seed_value, request.num_trials)
     jobs = [(task, trial, seeds[trial]) for trial in range(request.num_trials) for task in tasks
             if (task.id, trial) not in output.done]
 
-    def one(job: tuple["Task", int, int]) -> None:
+    def one(job: tuple[Task, int, int]) -> None:
         simulation, trajectory = run_simulation(setup, *job)
         output.add(simulation, trajectory)
         if on_simulation is not None:
@@ -456,7 +458,7 @@ def _run_all(setup: Setup, output: Tau2Output, tasks: list["Task"], request: Tau
             finished.result()  # re-raises a bug in our own bookkeeping; simulation failures are recorded
 
 
-def _info(setup: Setup, request: Tau2EvalRequest, settings: Any) -> "Info":
+def _info(setup: Setup, request: Tau2EvalRequest, settings: Any) -> Info:
     """tau2's `Info` of the run (tau2.run.get_info), naming our agent and its settings."""
     from tau2.run import get_info
 
@@ -476,14 +478,14 @@ def _info(setup: Setup, request: Tau2EvalRequest, settings: Any) -> "Info":
 LEADERBOARD_KS = (1, 2, 3, 4)  # the pass_k fields of a tau2-bench leaderboard submission.json
 
 
-def leaderboard_results(domain: str, pass_hat_k: dict[str, float]) -> dict[str, dict[str, Optional[float]]]:
+def leaderboard_results(domain: str, pass_hat_k: dict[str, float]) -> dict[str, dict[str, float | None]]:
     """pass^k in the shape of a leaderboard submission.json's `results` entry: percentages, null for a k the
     run's trials do not reach."""
     return {domain: {f"pass_{k}": round(100 * pass_hat_k[str(k)], 2) if str(k) in pass_hat_k else None
                      for k in LEADERBOARD_KS}}
 
 
-def _write_metrics(request: Tau2EvalRequest, manifest: dict[str, Any], output: Tau2Output, tasks: list["Task"],
+def _write_metrics(request: Tau2EvalRequest, manifest: dict[str, Any], output: Tau2Output, tasks: list[Task],
                    wall_s: float) -> dict[str, Any]:
     wanted = {task.id for task in tasks}
     trajectories = [trajectory for trajectory in output.finished_trajectories()

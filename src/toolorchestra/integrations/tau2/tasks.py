@@ -15,8 +15,8 @@ task the checks identify and says so; `TaskIds.FILE` keeps the file's label and 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
-from typing import TYPE_CHECKING, Any, Optional
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
 
 from toolorchestra.integrations.tau2.runtime import require_tau2
 
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from tau2.data_model.tasks import Task
 
 
-class TaskIds(str, Enum):
+class TaskIds(StrEnum):
     """How a simulation's task is chosen."""
 
     AUTO = "auto"  # the file's task_id, unless the recorded checks identify another installed task
@@ -50,12 +50,12 @@ class TaskChoice:
     """The task a simulation is scored against and why."""
 
     file_task_id: str
-    task: Optional["Task"]
+    task: Task | None
     notes: list[str] = field(default_factory=list)
-    identified_id: Optional[str] = None  # the installed task the recorded checks fit, when unique
+    identified_id: str | None = None  # the installed task the recorded checks fit, when unique
 
     @property
-    def scored_task_id(self) -> Optional[str]:
+    def scored_task_id(self) -> str | None:
         return self.task.id if self.task is not None else None
 
     @property
@@ -63,7 +63,7 @@ class TaskChoice:
         return self.task is not None and self.task.id != self.file_task_id
 
 
-def installed_tasks(domain: str) -> dict[str, "Task"]:
+def installed_tasks(domain: str) -> dict[str, Task]:
     """Every task the installed tau2 ships for `domain` (all splits), by id."""
     require_tau2()
     from tau2.registry import registry
@@ -72,7 +72,7 @@ def installed_tasks(domain: str) -> dict[str, "Task"]:
     return {task.id: task for task in tasks}
 
 
-def recorded_evidence(reward_info: Optional["RewardInfo"]) -> Evidence:
+def recorded_evidence(reward_info: RewardInfo | None) -> Evidence:
     if reward_info is None:
         return Evidence()
     return Evidence(
@@ -83,7 +83,7 @@ def recorded_evidence(reward_info: Optional["RewardInfo"]) -> Evidence:
     )
 
 
-def task_evidence(task: "Task") -> Evidence:
+def task_evidence(task: Task) -> Evidence:
     """What a recorded reward_info scored against `task` would carry."""
     criteria = task.evaluation_criteria
     if criteria is None:
@@ -96,7 +96,7 @@ def task_evidence(task: "Task") -> Evidence:
     )
 
 
-def fits(task: "Task", evidence: Evidence) -> bool:
+def fits(task: Task, evidence: Evidence) -> bool:
     """Whether every non-empty component of the recorded evidence is exactly the task's.
 
     An empty component proves nothing: an evaluator that skipped NL assertions records none, and one whose
@@ -106,7 +106,7 @@ def fits(task: "Task", evidence: Evidence) -> bool:
                for name, recorded in vars(evidence).items())
 
 
-def choose_task(simulation: "SimulationRun", tasks: dict[str, "Task"], mode: TaskIds) -> TaskChoice:
+def choose_task(simulation: SimulationRun, tasks: dict[str, Task], mode: TaskIds) -> TaskChoice:
     """The installed task to score `simulation` against (see the module docstring)."""
     file_id = simulation.task_id
     labelled = tasks.get(file_id)
@@ -125,7 +125,7 @@ def choose_task(simulation: "SimulationRun", tasks: dict[str, "Task"], mode: Tas
     return TaskChoice(file_id, labelled, notes=[note], identified_id=identified.id)
 
 
-def task_differences(installed: "Task", copy_in_file: Optional["Task"]) -> list[str]:
+def task_differences(installed: Task, copy_in_file: Task | None) -> list[str]:
     """The top-level fields in which the file's copy of a task differs from the installed task.
 
     A difference means the submitter's tau2 version had another task definition (gold actions, assertions,

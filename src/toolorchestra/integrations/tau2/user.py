@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass
-from typing import Any, Optional
+from typing import Any
 
 from toolorchestra.catalog.schema import Price
 from toolorchestra.integrations.tau2.runtime import require_tau2
@@ -36,7 +36,7 @@ class UserCall:
     latency_s: float
 
 
-def user_llm_args(base_url: str, max_tokens: Optional[int], temperature: float = 0.0,
+def user_llm_args(base_url: str, max_tokens: int | None, temperature: float = 0.0,
                   num_retries: int = 1) -> dict[str, Any]:
     """litellm arguments that send the user simulator's calls to the OpenAI-compatible server at `base_url`."""
     args: dict[str, Any] = {"api_base": base_url, "api_key": PLACEHOLDER_KEY, "temperature": temperature,

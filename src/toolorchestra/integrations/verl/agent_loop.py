@@ -18,12 +18,11 @@ manager, then writes `rm_scores` from `toolorchestra.reward` over each uid group
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, cast
 from uuid import uuid4
 
 import numpy as np
 from omegaconf import OmegaConf
-
 from verl.experimental.agent_loop.agent_loop import (
     AgentLoopBase,
     AgentLoopManager,
@@ -44,7 +43,8 @@ def episode_settings(config: Any) -> EpisodeSettings:
     """Our episode knobs from verl's config: its `toolorchestra` section, and the turn cap from verl's own
     actor_rollout_ref.rollout.multi_turn.max_assistant_turns."""
     section = config.get("toolorchestra") if config is not None else None
-    values = dict(OmegaConf.to_container(section, resolve=True)) if section is not None else {}
+    # the section is a DictConfig, so to_container gives a dict (typed as any container it could give)
+    values = dict(cast(dict[str, Any], OmegaConf.to_container(section, resolve=True))) if section is not None else {}
     turns = OmegaConf.select(config, "actor_rollout_ref.rollout.multi_turn.max_assistant_turns", default=None)
     if turns is not None:
         values["max_assistant_turns"] = int(turns)

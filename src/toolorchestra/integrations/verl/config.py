@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
@@ -34,23 +34,35 @@ def _subset(model: type[BaseModel], names: tuple[str, ...], name: str, **extra: 
     return create_model(name, __base__=_Strict, **fields, **extra)
 
 
-VerlData = _subset(train.DataConfig, ("env", "split", "train_batch_size", "max_tasks", "max_question_chars"),
-                   "VerlData")
-VerlModel = _subset(train.ModelConfig, ("path", "lora_rank", "lora_alpha", "target_modules",
-                                        "gradient_checkpointing"), "VerlModel")
-VerlActor = _subset(train.ActorConfig, ("ppo_mini_batch_size", "ppo_micro_batch_size", "ppo_epochs", "clip_ratio_low",
-                                        "clip_ratio_high", "clip_ratio_c", "use_kl_loss", "kl_loss_coef",
-                                        "kl_loss_type", "loss_agg_mode", "entropy_coeff", "grad_clip", "optim"),
-                    "VerlActor")
-VerlRollout = _subset(train.RolloutConfig, ("n", "temperature", "top_p", "response_length", "max_assistant_turns",
-                                            "max_episode_tokens", "orchestrator_latency"), "VerlRollout")
-VerlAlgorithm = _subset(train.AlgorithmConfig, ("cost_floor",), "VerlAlgorithm",
-                        adv_estimator=(Literal["grpo"], Field("grpo", description="verl runs the paper's GRPO")),
-                        norm_adv_by_std=(Literal["group", "none"], Field(
-                            "group", description="divide advantages by the reward std of the group, or not at all "
-                            "(verl's algorithm.norm_adv_by_std_in_grpo)")))
-VerlTrainer = _subset(train.TrainerConfig, ("total_training_steps", "save_freq", "default_local_dir",
-                                            "experiment_name"), "VerlTrainer")
+if TYPE_CHECKING:
+    # mypy cannot see the fields of create_model's classes: each section is typed as the train section it copies
+    # its fields from (those fields keep their types; the section accepts only the names listed below).
+    VerlData = train.DataConfig
+    VerlModel = train.ModelConfig
+    VerlActor = train.ActorConfig
+    VerlRollout = train.RolloutConfig
+    VerlAlgorithm = train.AlgorithmConfig
+    VerlTrainer = train.TrainerConfig
+else:
+    VerlData = _subset(train.DataConfig, ("env", "split", "train_batch_size", "max_tasks", "max_question_chars"),
+                       "VerlData")
+    VerlModel = _subset(train.ModelConfig, ("path", "lora_rank", "lora_alpha", "target_modules",
+                                            "gradient_checkpointing"), "VerlModel")
+    VerlActor = _subset(train.ActorConfig, ("ppo_mini_batch_size", "ppo_micro_batch_size", "ppo_epochs",
+                                            "clip_ratio_low", "clip_ratio_high", "clip_ratio_c", "use_kl_loss",
+                                            "kl_loss_coef", "kl_loss_type", "loss_agg_mode", "entropy_coeff",
+                                            "grad_clip", "optim"),
+                        "VerlActor")
+    VerlRollout = _subset(train.RolloutConfig, ("n", "temperature", "top_p", "response_length",
+                                                "max_assistant_turns", "max_episode_tokens", "orchestrator_latency"),
+                          "VerlRollout")
+    VerlAlgorithm = _subset(train.AlgorithmConfig, ("cost_floor",), "VerlAlgorithm",
+                            adv_estimator=(Literal["grpo"], Field("grpo", description="verl runs the paper's GRPO")),
+                            norm_adv_by_std=(Literal["group", "none"], Field(
+                                "group", description="divide advantages by the reward std of the group, or not at all "
+                                "(verl's algorithm.norm_adv_by_std_in_grpo)")))
+    VerlTrainer = _subset(train.TrainerConfig, ("total_training_steps", "save_freq", "default_local_dir",
+                                                "experiment_name"), "VerlTrainer")
 
 
 class VerlSettings(_Strict):
@@ -75,17 +87,17 @@ class VerlSettings(_Strict):
 
 class VerlConfig(_Strict):
     seed: int = 0  # the sampler's seed in `verl prepare`, and verl's data shuffling seed
-    data: VerlData = Field(default_factory=VerlData)  # type: ignore[valid-type]
-    model: VerlModel = Field(default_factory=VerlModel)  # type: ignore[valid-type]
-    actor: VerlActor = Field(default_factory=VerlActor)  # type: ignore[valid-type]
-    rollout: VerlRollout = Field(default_factory=VerlRollout)  # type: ignore[valid-type]
-    algorithm: VerlAlgorithm = Field(default_factory=VerlAlgorithm)  # type: ignore[valid-type]
+    data: VerlData = Field(default_factory=VerlData)
+    model: VerlModel = Field(default_factory=VerlModel)
+    actor: VerlActor = Field(default_factory=VerlActor)
+    rollout: VerlRollout = Field(default_factory=VerlRollout)
+    algorithm: VerlAlgorithm = Field(default_factory=VerlAlgorithm)
     sampler: train.SamplerConfig = Field(default_factory=train.SamplerConfig)
-    trainer: VerlTrainer = Field(default_factory=VerlTrainer)  # type: ignore[valid-type]
+    trainer: VerlTrainer = Field(default_factory=VerlTrainer)
     verl: VerlSettings = Field(default_factory=VerlSettings)
 
     @model_validator(mode="after")
-    def _check(self) -> "VerlConfig":
+    def _check(self) -> VerlConfig:
         if self.data.train_batch_size % self.actor.ppo_mini_batch_size:
             raise ValueError(f"actor.ppo_mini_batch_size ({self.actor.ppo_mini_batch_size}) must divide "
                              f"data.train_batch_size ({self.data.train_batch_size})")

@@ -32,7 +32,8 @@ class EpisodeSettings(BaseModel):
     max_question_chars: int | None = Field(None, ge=16)
     cost_floor: float = Field(0.0, ge=0)
     orchestrator_latency: LatencyConfig = Field(default_factory=LatencyConfig)
-    data_dir: str | None = Field(None, description="the envs' data dir (default: $TOOLORCHESTRA_DATA or ../shared/data)")
+    data_dir: str | None = Field(
+        None, description="the envs' data dir (default: $TOOLORCHESTRA_DATA or ../shared/data)")
     model_name: str = "orchestrator"
 
     def rollout_config(self) -> RolloutConfig:

@@ -26,7 +26,7 @@ def group_reward_scores(records: Sequence[Mapping[str, Any]], groups: Sequence[H
         preference = _preference_of(group, [records[index] for index in indices])
         rewards = group_rewards([records[index]["features"] for index in indices],
                                 [bool(records[index]["correct"]) for index in indices], preference)
-        for index, reward in zip(indices, rewards):
+        for index, reward in zip(indices, rewards, strict=True):
             scores[index] = reward
     return scores
 

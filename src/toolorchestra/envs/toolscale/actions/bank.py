@@ -11,14 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from toolorchestra.envs.toolscale.actions import (
-    AMOUNT_SCHEMA,
-    NOW,
-    existing,
-    money,
-    new_key,
-    positive_amount,
-)
+from toolorchestra.envs.toolscale.actions import AMOUNT_SCHEMA, NOW, existing, money, new_key, positive_amount
 from toolorchestra.envs.toolscale.tasks import Draft, action, fact_text
 from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema
 
@@ -265,7 +258,8 @@ class BankDrafter:
 
     def transfer_call(self, account: dict[str, Any], beneficiary_id: str, amount: float, method: str) -> dict[str, Any]:
         return action("initiate_transfer_to_beneficiary", client_id=self.client_id,
-                      from_account_id=account["account_id"], beneficiary_id=beneficiary_id, amount=amount, method=method)
+                      from_account_id=account["account_id"], beneficiary_id=beneficiary_id, amount=amount,
+                      method=method)
 
     def beneficiary_tasks(self, beneficiary_id: str, beneficiary: dict[str, Any]) -> list[Draft]:
         accounts = {a["account_id"]: a for a in active_accounts(self.record)}
@@ -278,8 +272,11 @@ class BankDrafter:
         cap = min(available, float(beneficiary["transfer_limits"]["per_transfer_limit"]))
         reads = [action("get_beneficiary", beneficiary_id=beneficiary_id),
                  action("get_account", account_id=account["account_id"])]
-        ask = lambda amount: (f"Please send {fact_text(amount)} {account['currency']} from my account "
-                              f"{account['account_id']} to my beneficiary {name} ({beneficiary_id}) by {method}.")
+
+        def ask(amount: float) -> str:
+            return (f"Please send {fact_text(amount)} {account['currency']} from my account "
+                    f"{account['account_id']} to my beneficiary {name} ({beneficiary_id}) by {method}.")
+
         forbid = ("initiate_transfer_to_beneficiary", "beneficiary_id", beneficiary_id)
         usable = beneficiary.get("status") == "active" and beneficiary["verification"].get("status") == "verified"
         if not usable:  # suspended, revoked or unverified: the policy forbids any transfer
@@ -360,9 +357,10 @@ class BankDrafter:
             arguments["business_name"] = name["business_name"]
         place = arguments["address"]
         request = (f"Please add a new {template['type']} beneficiary with beneficiary id {new_id}: {who}, display "
-                   f"name '{name['display_name']}', bank {bank['bank_name']}, account {bank['account_number_masked']}, "
-                   f"address {place['address1']}, {place['city']}, {place['state']} {place['zip']}, {place['country']}; "
-                   f"allow transfers from my account {sources[0]['account_id']}; per-transfer limit {fact_text(limit)}, "
+                   f"name '{name['display_name']}', bank {bank['bank_name']}, account "
+                   f"{bank['account_number_masked']}, address {place['address1']}, {place['city']}, "
+                   f"{place['state']} {place['zip']}, {place['country']}; allow transfers from my account "
+                   f"{sources[0]['account_id']}; per-transfer limit {fact_text(limit)}, "
                    f"daily limit {fact_text(arguments['daily_limit'])}. No other details.")
         return [self.draft("action_write", request, [action("add_beneficiary", **arguments)])]
 

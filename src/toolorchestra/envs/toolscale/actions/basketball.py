@@ -74,7 +74,7 @@ def modify_player_address(database: Database, arguments: dict[str, Any]) -> Any:
 def update_game_status(database: Database, arguments: dict[str, Any]) -> Any:
     game_id, new_status = arguments["game_id"], arguments["new_status"]
     current = game(database, game_id).get("status")
-    allowed = TRANSITIONS.get(current, ())
+    allowed = TRANSITIONS.get(current or "", ())
     if new_status not in allowed:
         after = " or ".join(allowed) if allowed else "no further status (final is terminal)"
         raise ToolFailure(f"invalid transition {current} -> {new_status} for game {game_id!r}: "
@@ -161,8 +161,13 @@ class BasketballDrafter:
         if not allowed and self.rng.random() >= FINAL_REFUSAL_SHARE:
             return []
         read = action("get_game", game_id=game_id)
-        ask = lambda status: f"Please update the status of game {game_id} to '{status}'."
-        call = lambda status: action("update_game_status", game_id=game_id, new_status=status)
+
+        def ask(status: str) -> str:
+            return f"Please update the status of game {game_id} to '{status}'."
+
+        def call(status: str) -> dict[str, Any]:
+            return action("update_game_status", game_id=game_id, new_status=status)
+
         drafts = []
         if allowed:
             status = self.rng.choice(allowed)
@@ -201,7 +206,7 @@ class BasketballDrafter:
         if live:
             for _ in range(2):
                 kind = self.rng.choice(list(POINTS))
-                call = self.scoring_call(game_id, kind, POINTS[kind], *self.scorer(record))
+                call = self.scoring_call(game_id, kind, POINTS[kind], *(self.scorer(record) or found))
                 drafts.append(self.draft("action_write", self.requester(game_id), self.scoring_request(call),
                                          [read, call]))
             mismatch = self.scoring_call(game_id, "3PT", 2, club_id, player_id)

@@ -182,7 +182,8 @@ def modify_sale_payment(database: Database, arguments: dict[str, Any]) -> Any:
     refund = refund_entry(old)
     database.update(SALES, record["sale_ref"], "ledger", [*(record.get("ledger") or []), payment, refund])
     return {"sale_ref": record["sale_ref"], "payment": payment, "new_instrument_origin": source.get("origin"),
-            "refund": refund, "refund_timing": refund_timing(database, arguments["account_key"], old.get("instrument_id"))}
+            "refund": refund,
+            "refund_timing": refund_timing(database, arguments["account_key"], old.get("instrument_id"))}
 
 
 def cancel_sale(database: Database, arguments: dict[str, Any]) -> Any:

@@ -38,13 +38,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from toolorchestra.envs.toolscale.actions import (
-    AMOUNT_SCHEMA,
-    existing,
-    money,
-    positive_amount,
-    write_spec,
-)
+from toolorchestra.envs.toolscale.actions import AMOUNT_SCHEMA, existing, money, positive_amount, write_spec
 from toolorchestra.envs.toolscale.tasks import Draft, action, fact_text
 from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema
 
@@ -362,8 +356,11 @@ class MedicineDrafter:
         due = money(insurance["patient_copay"] + total - billed)
         payments = [{"payment_id": method, "amount": due}] if due > 0 else []
         reads = [self.read, self.profile, *[action("get_medication", medication_id=i["medication_id"]) for i in items]]
-        fill = lambda pays: self.call("fill_prescription", pharmacist_id=pharmacist, items=items, insurance=insurance,
-                                      payments=pays)
+
+        def fill(pays: list[dict[str, Any]]) -> dict[str, Any]:
+            return self.call("fill_prescription", pharmacist_id=pharmacist, items=items, insurance=insurance,
+                             payments=pays)
+
         refill_blocked = bool(dispenses) and any(int(o.get("refills_remaining") or 0) <= 0
                                                  for o in self.record.get("medication_orders") or [])
         allowed = self.record.get("status") in FILLABLE and not refill_blocked
@@ -385,7 +382,10 @@ class MedicineDrafter:
     def status_tasks(self) -> list[Draft]:
         status = self.record.get("status")
         target = "active" if status in ("on-hold", "expired") else "on-hold"
-        ask = lambda value: f"Please set the status of my prescription {self.key} to '{value}'."
+
+        def ask(value: str) -> str:
+            return f"Please set the status of my prescription {self.key} to '{value}'."
+
         call = self.call("update_prescription_status", status=target)
         drafts = [self.write_or_refusal(ask(target), [self.read], call, not self.closed())]
         if status == "active" and not self.record.get("dispenses") and self.rng.random() < 0.5:
@@ -416,8 +416,11 @@ class MedicineDrafter:
         if not self.methods:
             return []
         amount, method = self.rng.choice(PAYMENT_AMOUNTS), self.rng.choice(self.methods)
-        ask = lambda pm: (f"Please add a payment of {fact_text(amount)} to my prescription {self.key} with "
-                          f"payment method {pm}.")
+
+        def ask(pm: str) -> str:
+            return (f"Please add a payment of {fact_text(amount)} to my prescription {self.key} with "
+                    f"payment method {pm}.")
+
         reads = [self.read, self.profile]
         call = self.call("add_prescription_payment", payment_id=method, amount=amount)
         drafts = [self.write_or_refusal(ask(method), reads, call, not self.closed())]

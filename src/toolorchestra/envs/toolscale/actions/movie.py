@@ -96,7 +96,7 @@ def require_scheduled(show: dict[str, Any], doing: str) -> None:
 
 
 def require_seats(database: Database, theater: dict[str, Any], show: dict[str, Any], seats: list[dict[str, Any]],
-                  held: set[str] = frozenset(), booking_id: str | None = None) -> None:
+                  held: frozenset[str] | set[str] = frozenset(), booking_id: str | None = None) -> None:
     """Seats distinct, in the show's auditorium, and (unless already held by this booking) available."""
     ids = [seat["seat_id"] for seat in seats]
     if len(set(ids)) != len(ids):
@@ -258,9 +258,8 @@ def cancel_booking(database: Database, arguments: dict[str, Any]) -> Any:
     database.update(BOOKINGS, booking_id, "totals", {**(record.get("totals") or {}), "amount_paid": 0.0,
                                                      "amount_due": 0.0})
     database.update(BOOKINGS, booking_id, "canceled_at", NOW)
-    database.update(BOOKINGS, booking_id, "status", "canceled")
-    return {"booking_id": booking_id, "status": "canceled", "refund": refund,
-            "totals": database.get(BOOKINGS, booking_id)["totals"]}
+    final = database.update(BOOKINGS, booking_id, "status", "canceled")
+    return {"booking_id": booking_id, "status": "canceled", "refund": refund, "totals": final["totals"]}
 
 
 def specs(domain: Domain) -> list[ToolSpec]:

@@ -187,7 +187,7 @@ def modify_bags(database: Database, arguments: dict[str, Any]) -> Any:
         raise ToolFailure(f"reservation {key!r} already has {bags} bags and {bikes} bikes; nothing to change")
     count = len(record.get("passengers") or [])
     delta = bag_fees(bags, bikes, count) - bag_fees(old_bags, old_bikes, count)
-    method_id = arguments.get("payment_method_id")
+    method_id = arguments.get("payment_method_id") or ""
     if delta and not method_id:
         raise ToolFailure(f"the fees change by {delta}: one saved payment_method_id is required for the difference")
     payment = pay(database, user_id, record, method_id, delta) if delta else None
@@ -235,7 +235,7 @@ def add_wallet_funds(database: Database, arguments: dict[str, Any]) -> Any:
         raise ToolFailure(f"payment_method_id {funding!r} is a wallet; a top-up is funded by a saved card")
     wallet_id = next((key for key, m in methods.items() if isinstance(m, dict) and m.get("source") == "wallet"), None)
     created = wallet_id is None
-    if created:
+    if wallet_id is None:
         wallet_id = f"wallet_{user_id}"
         balance = int(amount)
         wallet = {"source": "wallet", "id": wallet_id, "extra_info": {"amount": balance}}
@@ -373,7 +373,10 @@ class RailwayDrafter:
             people[index]["dob"] = day.isoformat()
         else:
             people[index]["last_name"] += "-" + self.rng.choice(["berg", "moreau", "silva", "tanaka"])
-        who = lambda group: "; ".join(f"{p['first_name']} {p['last_name']} (born {p['dob']})" for p in group)
+
+        def who(group: list[dict[str, Any]]) -> str:
+            return "; ".join(f"{p['first_name']} {p['last_name']} (born {p['dob']})" for p in group)
+
         read = action("get_reservation", reservation_id=key)
         drafts = [self.draft("action_write", f"Please correct the passengers of my reservation {key}; they should be: "
                              f"{who(people)}.", [read, self.call("update_passengers", key, passengers=people)])]

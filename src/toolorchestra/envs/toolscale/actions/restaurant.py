@@ -46,12 +46,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from toolorchestra.envs.toolscale.actions import (
-    address_of,
-    existing,
-    money,
-    positive_amount,
-)
+from toolorchestra.envs.toolscale.actions import address_of, existing, money, positive_amount
 from toolorchestra.envs.toolscale.tasks import Draft, action, fact_text
 from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema
 
@@ -80,7 +75,7 @@ def ticket(database: Database, ticket_ref: str) -> dict[str, Any]:
 
 
 def saved_instruments(database: Database, record: dict[str, Any]) -> dict[str, Any]:
-    return (database.get(PATRONS, record.get("guest_ref")) or {}).get("saved_instruments") or {}
+    return (database.get(PATRONS, record.get("guest_ref") or "") or {}).get("saved_instruments") or {}
 
 
 def require_saved(database: Database, record: dict[str, Any], instrument: str) -> None:

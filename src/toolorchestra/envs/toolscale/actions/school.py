@@ -37,13 +37,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from toolorchestra.envs.toolscale.actions import (
-    AMOUNT_SCHEMA,
-    existing,
-    money,
-    new_key,
-    positive_amount,
-)
+from toolorchestra.envs.toolscale.actions import AMOUNT_SCHEMA, existing, money, new_key, positive_amount
 from toolorchestra.envs.toolscale.tasks import Draft, action, fact_text
 from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema
 
@@ -163,7 +157,8 @@ def register_courses(database: Database, arguments: dict[str, Any]) -> Any:
         require_term(record, term)
         require_open(record)
     require_no_conflict(chosen)
-    lines = [course_line(record, pick.get("grading_option", "letter"), level) for record, pick in zip(chosen, picks)]
+    lines = [course_line(record, pick.get("grading_option", "letter"), level)
+             for record, pick in zip(chosen, picks, strict=True)]
     fee = HEALTH_FEE if arguments["health_insurance"] == "yes" else 0.0
     total = money(sum(line["tuition"] for line in lines) + fee)
     payments = arguments["payments"]
@@ -324,9 +319,13 @@ def specs(domain: Domain) -> list[ToolSpec]:
 # --- tasks -----------------------------------------------------------------------------------------
 def method_text(method: dict[str, Any], methods: dict[str, Any]) -> str:
     """How a student names a saved method: brand and last four, or with its id when that is ambiguous."""
-    four = lambda m: (m.get("extra_info") or {}).get("last_four")
+
+    def four(m: dict[str, Any]) -> Any:
+        return (m.get("extra_info") or {}).get("last_four")
+
     text = f"{(method.get('extra_info') or {}).get('brand') or 'bank account'} ending in {four(method)}"
-    return text if [four(m) for m in methods.values()].count(four(method)) == 1 else f"{text} ({method['payment_method_id']})"
+    unique = [four(m) for m in methods.values()].count(four(method)) == 1
+    return text if unique else f"{text} ({method['payment_method_id']})"
 
 
 class SchoolDrafter:
@@ -390,7 +389,8 @@ class SchoolDrafter:
         if self.methods and line.get("tuition") and self.rng.random() < 0.3:  # a refund to a named method
             payment_id, text = self.method()
             return [self.draft("action_write", f"{request} Refund the tuition to my {text}.",
-                               [*self.with_student(reads), self.modify(drop_course_ids=[line["course_id"]], payment_id=payment_id)])]
+                               [*self.with_student(reads),
+                                self.modify(drop_course_ids=[line["course_id"]], payment_id=payment_id)])]
         return [self.draft("action_write", request, [*reads, self.modify(drop_course_ids=[line["course_id"]])])]
 
     def grading_task(self) -> list[Draft]:
@@ -444,7 +444,8 @@ class SchoolDrafter:
         """A registration for the other term: done right (half of the students), or (a quarter) paid only in
         part, mixed with a course of another term, or with a full or conflicting course, refused."""
         term = "2025-FALL" if self.registration["term"] != "2025-FALL" else "2025-SPRING"
-        open_courses = [c for c in self.catalog.values() if c["term"] == term and c["current_enrollment"] < c["capacity"]]
+        open_courses = [c for c in self.catalog.values()
+                        if c["term"] == term and c["current_enrollment"] < c["capacity"]]
         draw = self.rng.random()
         if not open_courses or not self.methods or draw >= 0.75:
             return []
@@ -469,7 +470,8 @@ class SchoolDrafter:
             payments = [{"payment_id": payment_id, "amount": total}]
         picks = [{"course_id": c["course_id"], "grading_option": self.rng.choice(["letter", "letter", "pass/fail"])}
                  for c in chosen]
-        listed = ", ".join(f"{c['course_code']} ({c['course_id']}, {p['grading_option']})" for c, p in zip(chosen, picks))
+        listed = ", ".join(f"{c['course_code']} ({c['course_id']}, {p['grading_option']})"
+                           for c, p in zip(chosen, picks, strict=True))
         request = (f"Please register me for {term} at study level {level} in {listed}; health insurance: {insurance}; "
                    f"{pay_text}.")
         reads = [action("get_student", student_id=self.student_id),

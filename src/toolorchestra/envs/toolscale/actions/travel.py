@@ -244,7 +244,10 @@ class TravelDrafter:
         good = [d for d, dep in dates.items() if dep["status"] == "available" and dep["available_slots"] >= count]
         bad = [d for d, dep in dates.items() if d not in good]
         read = action("get_package", package_id=booking["package_id"])
-        ask = lambda date: f"Please move my booking {booking['booking_id']} to the {date} departure."
+
+        def ask(date: str) -> str:
+            return f"Please move my booking {booking['booking_id']} to the {date} departure."
+
         drafts = []
         if good:
             date = self.rng.choice(good)
@@ -320,7 +323,10 @@ class TravelDrafter:
         call = action("schedule_agent_meeting", agent_id=agent_id, date=date, time_range=time_range,
                       traveler_id=self.traveler_id)
         read = action("get_agent", agent_id=agent_id)
-        ask = lambda d, t: f"Please schedule a meeting with agent {agent_id} on {d} at {t}."
+
+        def ask(d: str, t: str) -> str:
+            return f"Please schedule a meeting with agent {agent_id} on {d} at {t}."
+
         drafts = [self.draft("action_write", ask(date, time_range), [read, call])]
         late = f"{max(minutes(s)[1] for s in agent['availability'][date]['slots']) // 60:02d}:30"
         if self.rng.random() < 0.4 and late < "23:00":

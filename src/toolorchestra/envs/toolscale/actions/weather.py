@@ -80,7 +80,7 @@ def forecast_dates(record: dict[str, Any]) -> list[str]:
 
 def actuals(generator: Generator, record: dict[str, Any], date: str) -> tuple[float, float, float]:
     """Plausible observed values near the day's forecast (or 20/12 C without one)."""
-    day = next((entry for entry in record.get("daily") or [] if entry.get("date") == date), {})
+    day: dict[str, Any] = next((entry for entry in record.get("daily") or [] if entry.get("date") == date), {})
     high = float(day.get("temp_max_c", 20.0)) + generator.rng.choice([-2.0, -1.0, 0.5, 1.0, 2.0])
     low = float(day.get("temp_min_c", 12.0)) + generator.rng.choice([-1.0, -0.5, 0.0, 1.0])
     precip = round(generator.rng.choice([0.0, 0.0, 0.4, 1.2, 3.5, 8.0]), 1)
