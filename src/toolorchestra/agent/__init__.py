@@ -5,8 +5,8 @@ errors; trajectories are saved as JSONL.
 """
 
 from toolorchestra.agent.loop import Orchestrator
-from toolorchestra.envs.base import current_task
 from toolorchestra.agent.preference import Preference
 from toolorchestra.agent.trajectory import Step, Trajectory, read_trajectories, write_trajectory
+from toolorchestra.envs.base import current_task
 
 __all__ = ["Orchestrator", "Preference", "Step", "Trajectory", "current_task", "read_trajectories", "write_trajectory"]

@@ -4,6 +4,7 @@ Loaded from YAML and validated with pydantic; a bad file is reported as one `Con
 the file, the field and what was expected.
 """
 
+from toolorchestra.catalog.load import default_catalog, load_catalog
 from toolorchestra.catalog.schema import (
     Catalog,
     LatencyPrior,
@@ -14,7 +15,6 @@ from toolorchestra.catalog.schema import (
     ReplayBackendSpec,
     ToolSpec,
 )
-from toolorchestra.catalog.load import default_catalog, load_catalog
 
 __all__ = [
     "Catalog",

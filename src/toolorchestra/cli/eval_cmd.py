@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -24,40 +24,40 @@ def eval_command(
     env: str = typer.Option(..., "--env", help="Environment: replay:routerbench | replay:frames | replay:DIR (a "
                             "directory in the replay format, docs/replay.md) | tau2:airline | tau2:retail | "
                             "tau2:telecom | toolscale:DOMAIN | toolscale:all."),
-    policy: Optional[str] = typer.Option(None, "--policy", help="single:MODEL | random | cheapest | per-subtask | "
+    policy: str | None = typer.Option(None, "--policy", help="single:MODEL | random | cheapest | per-subtask | "
                                          "cascade[:LAMBDA] | router[:THRESHOLD] (no threshold: sweep) | oracle | "
                                          "orchestrator:MODEL | gold | noop (toolscale envs). Required, except on tau2 (default: the pool's "
                                          "orchestrator)."),
     out: Path = typer.Option(..., "--out", help="Output dir for run.json, trajectories.jsonl, metrics.json (tau2: "
                              "also tau2_results.json); rerunning into it resumes."),
-    split: Optional[str] = typer.Option(None, "--split", help="replay: train | test (default test). tau2: a tau2 "
+    split: str | None = typer.Option(None, "--split", help="replay: train | test (default test). tau2: a tau2 "
                                         "task split (default base, the leaderboard's)."),
-    limit: Optional[int] = typer.Option(None, "--limit", help="Only the first N tasks (a fixed mixed order)."),
-    per_subtask: Optional[int] = typer.Option(None, "--per-subtask", help="Only the first N tasks of each subtask "
+    limit: int | None = typer.Option(None, "--limit", help="Only the first N tasks (a fixed mixed order)."),
+    per_subtask: int | None = typer.Option(None, "--per-subtask", help="Only the first N tasks of each subtask "
                                               "(toolscale: domain/family), before --limit."),
     concurrency: int = typer.Option(8, "--concurrency", help="Episodes in flight at once (tau2: simulations)."),
-    seed: Optional[int] = typer.Option(None, "--seed", help="Seed of the random policy and of fitted baselines "
+    seed: int | None = typer.Option(None, "--seed", help="Seed of the random policy and of fitted baselines "
                                        "(default 0); tau2: of the trials (default 300, tau2's)."),
-    data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Shared data dir. Default: $TOOLORCHESTRA_DATA "
+    data_dir: Path | None = typer.Option(None, "--data-dir", help="Shared data dir. Default: $TOOLORCHESTRA_DATA "
                                             "or ../shared/data."),
-    config: Optional[Path] = typer.Option(None, "--config", "-c", help="Catalog YAML whose models orchestrator:MODEL "
+    config: Path | None = typer.Option(None, "--config", "-c", help="Catalog YAML whose models orchestrator:MODEL "
                                           "may name (e.g. an OpenAI-compatible server)."),
-    prefer: Optional[str] = typer.Option(None, "--prefer", help="Orchestrator preference: accuracy | cost | latency | "
+    prefer: str | None = typer.Option(None, "--prefer", help="Orchestrator preference: accuracy | cost | latency | "
                                          "KEY=WEIGHT,..."),
     max_turns: int = typer.Option(4, "--max-turns", min=1, help="Orchestrator turn cap per episode (tau2: model "
                                   "calls per agent message)."),
     max_tokens: int = typer.Option(256, "--max-tokens", min=1, help="Orchestrator tokens per turn."),
-    tools: Optional[str] = typer.Option(None, "--tools", help="Comma-separated tools offered to the orchestrator "
+    tools: str | None = typer.Option(None, "--tools", help="Comma-separated tools offered to the orchestrator "
                                         "(default: all the env offers, e.g. expert,answer)."),
-    judge: Optional[str] = typer.Option(None, "--judge", help="replay:frames: grade free-text answers with this "
+    judge: str | None = typer.Option(None, "--judge", help="replay:frames: grade free-text answers with this "
                                         "model of --config (an LLM judge) instead of normalized matching."),
-    price_scale: Optional[list[str]] = typer.Option(None, "--price-scale", help="replay: MODEL=X multiplies that "
+    price_scale: list[str] | None = typer.Option(None, "--price-scale", help="replay: MODEL=X multiplies that "
                                                     "model's prices and recorded costs by X at evaluation "
                                                     "(repeatable; MODEL: a model name or its tool label)."),
-    prices: Optional[Path] = typer.Option(None, "--prices", help="replay: a price sheet in the replay format "
+    prices: Path | None = typer.Option(None, "--prices", help="replay: a price sheet in the replay format "
                                           "(prices.yaml layout); the models it prices are charged at its prices, "
                                           "on tokens, even where a cost was recorded."),
-    hold_out_models: Optional[str] = typer.Option(None, "--hold-out-models", help="replay: comma-separated models "
+    hold_out_models: str | None = typer.Option(None, "--hold-out-models", help="replay: comma-separated models "
                                                   "the orchestrator was trained without (train config "
                                                   "sampler.hold_out_models); they stay in the pool, and the "
                                                   "metrics count the calls and answers that went to them."),
@@ -68,18 +68,18 @@ def eval_command(
                                  "--ray-address); resume and metrics as without it (needs the ray extra)."),
     num_workers: int = typer.Option(2, "--num-workers", min=1, help="--ray: actors, each with --concurrency "
                                     "episodes in flight."),
-    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="--ray: a Ray cluster to join "
+    ray_address: str | None = typer.Option(None, "--ray-address", help="--ray: a Ray cluster to join "
                                               "(e.g. auto, or ray://HEAD:10001); default: start a local one."),
-    task_ids: Optional[str] = typer.Option(None, "--task-ids", help="Only these comma-separated task ids (of --split; tau2: any split)."),
+    task_ids: str | None = typer.Option(None, "--task-ids", help="Only these comma-separated task ids (of --split; tau2: any split)."),
     num_trials: int = typer.Option(1, "--num-trials", help="tau2: trials per task (pass^k for k = 1..K)."),
     max_steps: int = typer.Option(200, "--max-steps", help="tau2: simulation step cap (tau2's max_steps)."),
     max_errors: int = typer.Option(10, "--max-errors", help="tau2: tool-error cap per simulation."),
-    user_model: Optional[str] = typer.Option(None, "--user-model", help="tau2: the user simulator, a model of the "
+    user_model: str | None = typer.Option(None, "--user-model", help="tau2: the user simulator, a model of the "
                                              "pool (default: the model behind the first expert label)."),
-    user_base_url: Optional[str] = typer.Option(None, "--user-base-url", help="tau2: OpenAI-compatible base URL "
+    user_base_url: str | None = typer.Option(None, "--user-base-url", help="tau2: OpenAI-compatible base URL "
                                                 "serving --user-model under its pool name (e.g. a `toolorchestra "
                                                 "serve`); default: serve the pool in-process on 127.0.0.1."),
-    user_max_tokens: Optional[int] = typer.Option(None, "--user-max-tokens", help="tau2: max tokens per user "
+    user_max_tokens: int | None = typer.Option(None, "--user-max-tokens", help="tau2: max tokens per user "
                                                   "simulator turn (default: the server's)."),
 ) -> None:
     """Evaluate POLICY on ENV: every episode's trajectory is saved as it ends, then metrics are written."""
@@ -124,12 +124,12 @@ def _warn_unused_config(config: Path, policy: str) -> None:
                 "and --judge read it)", fg="yellow", err=True)
 
 
-def _names(text: Optional[str]) -> Optional[list[str]]:
+def _names(text: str | None) -> list[str] | None:
     names = [name.strip() for name in (text or "").split(",") if name.strip()]
     return names or None
 
 
-def _eval_tau2(*, env: str, out: Path, task_ids: Optional[str], progress: bool, **options: object) -> None:
+def _eval_tau2(*, env: str, out: Path, task_ids: str | None, progress: bool, **options: object) -> None:
     from rich.console import Console
 
     from toolorchestra.integrations.tau2.run import Tau2EvalRequest, run_tau2_eval
@@ -138,7 +138,7 @@ def _eval_tau2(*, env: str, out: Path, task_ids: Optional[str], progress: bool, 
     ids = [task_id.strip() for task_id in task_ids.split(",") if task_id.strip()] if task_ids else None
     request = Tau2EvalRequest(env=env, out=out, task_ids=ids, **options)  # type: ignore[arg-type]
 
-    def show(trajectory: "Trajectory") -> None:
+    def show(trajectory: Trajectory) -> None:
         details = trajectory.score_details
         error = f"  error: {details['error']}" if details.get("error") else ""
         console.print(f"task {trajectory.task_id} trial {details.get('trial')}: reward {details.get('reward', 0):g} "
@@ -149,7 +149,7 @@ def _eval_tau2(*, env: str, out: Path, task_ids: Optional[str], progress: bool, 
     _print_tau2_metrics(metrics, out, console)
 
 
-def _print_tau2_metrics(metrics: dict, out: Path, console: "Console") -> None:
+def _print_tau2_metrics(metrics: dict, out: Path, console: Console) -> None:
     from rich.table import Table
 
     summary = Table(title=f"{metrics['env']} ({metrics['n_tasks']} tasks, {metrics['n_simulations']} simulations, "

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -18,13 +17,13 @@ def register(app: typer.Typer) -> None:
 
 def run(
     question: str = typer.Argument(..., help="The task for the orchestrator."),
-    config: Optional[Path] = typer.Option(None, "--config", "-c", help="Catalog YAML (models and tools). Default: the embedded SmolLM2 pool."),
-    prefer: Optional[str] = typer.Option(None, "--prefer", help="accuracy | cost | latency | local | tool:NAME | KEY=WEIGHT,..."),
+    config: Path | None = typer.Option(None, "--config", "-c", help="Catalog YAML (models and tools). Default: the embedded SmolLM2 pool."),
+    prefer: str | None = typer.Option(None, "--prefer", help="accuracy | cost | latency | local | tool:NAME | KEY=WEIGHT,..."),
     max_turns: int = typer.Option(6, "--max-turns", min=1, help="Stop after this many orchestrator turns."),
-    max_budget: Optional[float] = typer.Option(None, "--max-budget", min=0.0, help="Stop once this many dollars are spent."),
+    max_budget: float | None = typer.Option(None, "--max-budget", min=0.0, help="Stop once this many dollars are spent."),
     temperature: float = typer.Option(0.0, "--temperature", min=0.0, help="Orchestrator sampling temperature."),
-    corpus: Optional[Path] = typer.Option(None, "--corpus", help="JSON/JSONL {title, text} corpus for the search tool of the default pool."),
-    save: Optional[Path] = typer.Option(None, "--save", help="Append the trajectory to this JSONL file."),
+    corpus: Path | None = typer.Option(None, "--corpus", help="JSON/JSONL {title, text} corpus for the search tool of the default pool."),
+    save: Path | None = typer.Option(None, "--save", help="Append the trajectory to this JSONL file."),
     as_json: bool = typer.Option(False, "--json", help="Print the trajectory as JSON instead of the step view."),
 ) -> None:
     """Answer QUESTION with an orchestrator that calls tools and other models; print each step's tokens and dollars."""

@@ -42,9 +42,9 @@ class Env(ABC):
         """All tasks of `split` in a fixed order."""
 
     @abstractmethod
-    def tools_for(self, task: Task) -> list["Tool"]:
+    def tools_for(self, task: Task) -> list[Tool]:
         """The tools offered while solving `task`."""
 
     @abstractmethod
-    def score(self, task: Task, trajectory: "Trajectory") -> Score:
+    def score(self, task: Task, trajectory: Trajectory) -> Score:
         """Whether the finished trajectory solved the task, with details for the metrics."""

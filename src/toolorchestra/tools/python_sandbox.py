@@ -228,7 +228,7 @@ class PythonTool(Tool):
                    asyncio.create_task(_drain(process.stderr, execution.stderr))]
         try:
             await asyncio.wait_for(_feed_and_wait(process, code), self.limits.timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             execution.timed_out = True
             kill_group(process)
             await process.wait()

@@ -194,7 +194,7 @@ class SamplerConfig(_Strict):
         "evaluate later with them in the pool (eval --hold-out-models): the unseen-models generalization test")
 
     @model_validator(mode="after")
-    def _check(self) -> "SamplerConfig":
+    def _check(self) -> SamplerConfig:
         if self.min_labels > self.max_labels:
             raise ValueError(f"min_labels ({self.min_labels}) must be <= max_labels ({self.max_labels})")
         if not 0 < self.price_scale[0] <= self.price_scale[1]:
@@ -284,7 +284,7 @@ class TrainConfig(_Strict):
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
 
     @model_validator(mode="after")
-    def _check(self) -> "TrainConfig":
+    def _check(self) -> TrainConfig:
         unread = [(name, readers) for name, readers in knobs_set(self) if self.recipe not in readers]
         if unread:
             name, readers = unread[0]

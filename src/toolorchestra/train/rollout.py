@@ -27,8 +27,8 @@ from toolorchestra.agent.trajectory import Step, Trajectory
 from toolorchestra.backends.toolcalls import parse_tool_calls, to_plain_messages
 from toolorchestra.catalog.schema import LatencyPrior, Price
 from toolorchestra.envs.base import Env, Task
-from toolorchestra.tools.base import Tool
 from toolorchestra.reward import trajectory_features
+from toolorchestra.tools.base import Tool
 from toolorchestra.train.config import RolloutConfig
 from toolorchestra.train.sampler import PromptDraw
 
@@ -321,7 +321,7 @@ class RolloutEngine:
                 return None
         return n
 
-    def _shared_prefill(self, input_ids: "torch.Tensor", attention: "torch.Tensor", copies: int) -> Any:
+    def _shared_prefill(self, input_ids: torch.Tensor, attention: torch.Tensor, copies: int) -> Any:
         """Run each distinct prompt (but its last token) once and repeat its KV cache `copies` times."""
         import torch
         from transformers import DynamicCache
@@ -347,7 +347,7 @@ class RolloutEngine:
         return ids
 
 
-def _left_pad(sequences: list[list[int]], pad_id: int, device: Any) -> tuple["torch.Tensor", "torch.Tensor"]:
+def _left_pad(sequences: list[list[int]], pad_id: int, device: Any) -> tuple[torch.Tensor, torch.Tensor]:
     import torch
 
     width = max(len(seq) for seq in sequences)

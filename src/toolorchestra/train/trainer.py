@@ -14,12 +14,11 @@ import copy
 import json
 import random
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from toolorchestra.envs.base import Env, Task
-from toolorchestra.train.checkpoint import load_trainable, latest_checkpoint, load_checkpoint, save_checkpoint
+from toolorchestra.train.checkpoint import latest_checkpoint, load_checkpoint, load_trainable, save_checkpoint
 from toolorchestra.train.config import TrainConfig
 from toolorchestra.train.rollout import Episode, RolloutEngine
 from toolorchestra.train.sampler import TaskSampler

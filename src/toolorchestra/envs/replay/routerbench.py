@@ -28,9 +28,9 @@ import csv
 import hashlib
 import re
 import sys
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
-from typing import Mapping
 
 from toolorchestra.catalog.schema import LatencyPrior, ModelSpec, Price, ReplayBackendSpec
 from toolorchestra.envs.base import Score, Task

@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any, Callable, Coroutine, Optional, TypeVar
+from typing import Any, TypeVar
 
 from toolorchestra.agent.engine import run_calls, tool_message, tool_step
 from toolorchestra.agent.preference import Preference
@@ -44,8 +45,13 @@ from toolorchestra.tools.llm import LLMTool
 require_tau2()
 
 from tau2.agent.base import LocalAgent, ValidAgentInputMessage  # noqa: E402
-from tau2.data_model.message import AssistantMessage, MultiToolMessage, SystemMessage, ToolMessage, \
-    UserMessage  # noqa: E402
+from tau2.data_model.message import (  # noqa: E402
+    AssistantMessage,
+    MultiToolMessage,
+    SystemMessage,
+    ToolMessage,
+    UserMessage,
+)
 from tau2.data_model.message import ToolCall as Tau2ToolCall  # noqa: E402
 from tau2.environment.tool import Tool as Tau2Tool  # noqa: E402
 from tau2.registry import registry  # noqa: E402
@@ -189,7 +195,7 @@ class AgentSettings:
 
     model: str
     experts: dict[str, str]
-    preference: Optional[Preference] = None
+    preference: Preference | None = None
     max_turns: int = 4
     max_tokens: int = 256
     temperature: float = 0.0
@@ -220,7 +226,7 @@ class OrchestratorAgent(LocalAgent[OrchestratorAgentState]):
     order; `latency_s` their wall time (per orchestrator turn, its own time plus the slowest expert)."""
 
     def __init__(self, tools: list[Tau2Tool], domain_policy: str, *, pool: ModelPool, settings: AgentSettings,
-                 task_id: str = "", runner: Optional[Runner] = None) -> None:
+                 task_id: str = "", runner: Runner | None = None) -> None:
         super().__init__(tools=tools, domain_policy=domain_policy)
         self.pool = pool
         self.settings = settings
@@ -235,7 +241,7 @@ class OrchestratorAgent(LocalAgent[OrchestratorAgentState]):
         self.system = self._system_prompt(task_id)
         self.steps: list[Step] = []
         self.latency_s = 0.0
-        self.seed: Optional[int] = None
+        self.seed: int | None = None
         self._turns = 0  # orchestrator model calls so far in this simulation
         self._used_call_ids: set[str] = set()
         self._awaiting: dict[str, Step] = {}  # domain tool call id -> its step, until the environment answers
@@ -258,7 +264,7 @@ class OrchestratorAgent(LocalAgent[OrchestratorAgentState]):
 
     # -- tau2's agent interface ------------------------------------------------------------------------
 
-    def get_init_state(self, message_history: Optional[list[Any]] = None) -> OrchestratorAgentState:
+    def get_init_state(self, message_history: list[Any] | None = None) -> OrchestratorAgentState:
         history = [converted for message in message_history or [] for converted in openai_messages(message)]
         for message in message_history or []:
             self._used_call_ids.update(call.id for call in getattr(message, "tool_calls", None) or [])

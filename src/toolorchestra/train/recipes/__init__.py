@@ -26,7 +26,7 @@ class Recipe(Protocol):
     def close(self) -> None: ...
 
 
-def make_recipe(trainer: "Trainer") -> Recipe:
+def make_recipe(trainer: Trainer) -> Recipe:
     """The step recipe `trainer.config.recipe` names (the sft recipe has no steps: Trainer.fit runs it)."""
     name = trainer.config.recipe
     if name == "grpo":

@@ -37,9 +37,14 @@ from toolorchestra.agent.prompt import initial_messages, task_rules
 from toolorchestra.backends.base import ToolCall
 from toolorchestra.backends.toolcalls import render_tool_call
 from toolorchestra.envs.base import Env
-from toolorchestra.reward import (
-    batch_advantages, expected_group_rewards, group_rewards, trajectory_features, with_cost_floor)
 from toolorchestra.errors import TrainingError
+from toolorchestra.reward import (
+    batch_advantages,
+    expected_group_rewards,
+    group_rewards,
+    trajectory_features,
+    with_cost_floor,
+)
 from toolorchestra.tools.llm import AnswerTool, ExpertTool
 from toolorchestra.train.escalation import EscalationTargets, History, follow
 from toolorchestra.train.outcome_model import SubtaskOutcomeModel
@@ -47,6 +52,8 @@ from toolorchestra.train.prefix import SharedPrefix, common_prefix_length
 from toolorchestra.train.sampler import PromptDraw
 
 if TYPE_CHECKING:
+    import torch
+
     from toolorchestra.train.trainer import Trainer
 
 
@@ -181,7 +188,7 @@ SPLIT_ROWS_ABOVE = 16  # calls per state above which a state is scored in one ro
 class CounterfactualRecipe:
     """One counterfactual step for a `Trainer`: outcomes (cached per draw), prompts, scoring, loss, update."""
 
-    def __init__(self, trainer: "Trainer") -> None:
+    def __init__(self, trainer: Trainer) -> None:
         self.trainer = trainer
         self._outcomes: dict[str, LabelOutcomes | None] = {}
         self._loop = asyncio.new_event_loop()
@@ -403,12 +410,12 @@ def label_spans(calls: list[list[int]]) -> list[list[int]]:
     return [call[:len(call) - closing + 1] if closing > 1 else list(call) for call in calls]
 
 
-def _regression_error(label_logp: "torch.Tensor", advantages: "torch.Tensor", tau: float) -> "torch.Tensor":
+def _regression_error(label_logp: torch.Tensor, advantages: torch.Tensor, tau: float) -> torch.Tensor:
     """Per label: centered log-prob minus A / tau (A = 0 everywhere for a flat group)."""
     return (label_logp - label_logp.mean()) - advantages / tau
 
 
-def _regression_loss(label_logp: "torch.Tensor", advantages: "torch.Tensor", tau: float) -> "torch.Tensor":
+def _regression_loss(label_logp: torch.Tensor, advantages: torch.Tensor, tau: float) -> torch.Tensor:
     """Least squares between the label log-probs, centered over the labels, and A / tau.
 
     For a fixed prompt context the minimizer over many questions is log q_l = E[A_l | context] / tau + c, so

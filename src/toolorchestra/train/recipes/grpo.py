@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 
 class GRPORecipe:
-    def __init__(self, trainer: "Trainer") -> None:
+    def __init__(self, trainer: Trainer) -> None:
         self.trainer = trainer
 
     def step(self, draws: list[PromptDraw]) -> tuple[dict[str, Any], list[Episode]]:

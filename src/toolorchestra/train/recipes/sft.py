@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import random
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from toolorchestra.agent.engine import take_turn, try_each
 from toolorchestra.agent.prompt import initial_messages, task_rules
@@ -40,14 +41,14 @@ if TYPE_CHECKING:
 Example = tuple[list[int], list[int]]  # (token ids, loss mask)
 
 
-def build_examples(trainer: "Trainer", errors: list[str] | None = None) -> list[Example]:
+def build_examples(trainer: Trainer, errors: list[str] | None = None) -> list[Example]:
     """The warm start's examples for `sft.targets` (answer_labels or gold_actions)."""
     if trainer.config.sft.targets == "gold_actions":
         return build_gold_examples(trainer, errors)
     return build_answer_examples(trainer, errors)
 
 
-def build_answer_examples(trainer: "Trainer", errors: list[str] | None = None) -> list[Example]:
+def build_answer_examples(trainer: Trainer, errors: list[str] | None = None) -> list[Example]:
     """(token ids, loss mask) pairs of oracle answer calls. Uses a copy of the sampler's RNG state so the
     GRPO prompt stream is the same with or without the warm start. The errors of the answer calls tried are
     appended to `errors` when given."""
@@ -73,7 +74,7 @@ def build_answer_examples(trainer: "Trainer", errors: list[str] | None = None) -
     return examples
 
 
-def build_gold_examples(trainer: "Trainer", errors: list[str] | None = None) -> list[Example]:
+def build_gold_examples(trainer: Trainer, errors: list[str] | None = None) -> list[Example]:
     """Whole episodes that replay each task's gold actions (toolscale: `meta["gold_actions"]`), one tool call
     per turn, through the drawn tools, then answer with the gold reply. Rendered token for token as the
     rollout engine renders an episode: the policy's calls carry loss mask 1, the prompt, the template text
@@ -122,7 +123,7 @@ def sample_by_subtask(tasks: list[Task], count: int, rng: random.Random) -> list
     return picked
 
 
-async def _gold_episode(trainer: "Trainer", draw: PromptDraw, calls: list[ToolCall],
+async def _gold_episode(trainer: Trainer, draw: PromptDraw, calls: list[ToolCall],
                         errors: list[str] | None) -> Example | None:
     """Play the gold calls one per turn through the episode engine, rendering each turn as the rollout
     engine does."""
@@ -153,7 +154,7 @@ async def _gold_episode(trainer: "Trainer", draw: PromptDraw, calls: list[ToolCa
     return None
 
 
-async def _best_answer_call(trainer: "Trainer", draw: PromptDraw, errors: list[str] | None = None) -> ToolCall | None:
+async def _best_answer_call(trainer: Trainer, draw: PromptDraw, errors: list[str] | None = None) -> ToolCall | None:
     answer = next((tool for tool in draw.tools if isinstance(tool, AnswerTool) and tool.labels), None)
     if answer is None:
         return None
@@ -178,7 +179,7 @@ async def _best_answer_call(trainer: "Trainer", draw: PromptDraw, errors: list[s
     return calls[best]
 
 
-def run_sft(trainer: "Trainer", on_step: Callable[[int, float], None] | None = None) -> dict[str, Any]:
+def run_sft(trainer: Trainer, on_step: Callable[[int, float], None] | None = None) -> dict[str, Any]:
     """Supervised steps on the examples with a separate AdamW (the GRPO optimizer state stays fresh).
     `on_step(step, loss)` is called after each step (the progress bar)."""
     import torch
@@ -221,7 +222,7 @@ def _prompt_groups(examples: list[Example], min_shared: int = 256) -> list[list[
     return list(groups.values())
 
 
-def _no_examples_message(trainer: "Trainer", errors: list[str]) -> str:
+def _no_examples_message(trainer: Trainer, errors: list[str]) -> str:
     from toolorchestra.train.health import first_distinct, format_errors
 
     tasks = len(trainer.tasks[:trainer.config.sft.max_tasks])
