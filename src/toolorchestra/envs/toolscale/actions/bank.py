@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from toolorchestra.envs.toolscale.actions import (
+from toolorchestra.envs.toolscale.actions.shared import (
     AMOUNT_SCHEMA,
     NOW,
     existing,
@@ -19,7 +19,7 @@ from toolorchestra.envs.toolscale.actions import (
     new_key,
     positive_amount,
 )
-from toolorchestra.envs.toolscale.tasks import Draft, action, fact_text
+from toolorchestra.envs.toolscale.drafts import Draft, action, fact_text
 from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema
 
 if TYPE_CHECKING:
