@@ -51,7 +51,11 @@ def load_yaml_model(path: Path | str, model: type[ModelT], expected: str, empty_
 
 
 def load_catalog(path: Path | str) -> Catalog:
-    return load_yaml_model(path, Catalog, "a mapping with keys orchestrator, models, tools")
+    catalog = load_yaml_model(path, Catalog, "a mapping with keys orchestrator, models, tools")
+    if any(model.backend.type == "replay" for model in catalog.models):
+        # the replay package registers the `replay` backend type with the model pool when imported
+        import toolorchestra.envs.replay  # noqa: F401
+    return catalog
 
 
 TRAINED_ORCHESTRATOR = "smollm2-135m-orchestrator"
