@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from toolorchestra.envs.base import Env, Task
+from toolorchestra.envs.capabilities import RecordedOutcomes
 from toolorchestra.errors import TrainingError
 
 
@@ -28,13 +29,11 @@ class SubtaskOutcomeModel:
     """P(model is right on task) = the model's mean grade over the other train tasks of the task's subtask."""
 
     def __init__(self, env: Env, tasks: Sequence[Task]) -> None:
-        record = getattr(env, "record", None)
-        models = getattr(env, "models", None)
-        if record is None or models is None:
+        if not isinstance(env, RecordedOutcomes):
             raise TrainingError(f"algorithm.counterfactual_targets: outcome_model needs recorded outcomes of every "
                                 f"model (a replay world); env {env.name!r} has none")
-        self.models: list[str] = list(models())
-        self._record = record
+        self.models: list[str] = list(env.models())
+        self._record = env.record
         self._right: dict[str | None, list[float]] = {}
         self._count: dict[str | None, int] = {}
         for task in tasks:
