@@ -90,7 +90,7 @@ def _check_hold_out(env: Env, names: Sequence[str]) -> None:
     if not isinstance(env, ModelWorld):
         raise UserError(f"--hold-out-models applies to worlds with a model pool (replay worlds), not to {env.name}")
     models = env.models()
-    labels = {env.label(model) for model in models} if isinstance(env, LabeledModels) else set()
+    labels: set[str] = {env.label(model) for model in models} if isinstance(env, LabeledModels) else set()
     unknown = [name for name in names if name not in models and name not in labels]
     if unknown:
         raise UserError(f"--hold-out-models: {env.name} has no model {', '.join(map(repr, unknown))}; models: "
