@@ -8,13 +8,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from toolorchestra.envs.toolscale.actions import domain_specs
 from toolorchestra.envs.toolscale.data import load_domain
 from toolorchestra.envs.toolscale.tasks import (
     ACTION_FAMILIES,
     BASE_FAMILIES,
     generate_tasks,
 )
-from toolorchestra.envs.toolscale.tools import domain_specs
 
 
 def tools_of(shared_data: Path, name: str) -> tuple[Any, dict[str, Any]]:

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from toolorchestra.envs.replay.format import DirectorySource, FormatError, load_world
-from toolorchestra.lines import MAX_LINE_BYTES_ENV
+from toolorchestra.files import MAX_LINE_BYTES_ENV
 
 TOOLORCHESTRA = Path(sys.executable).parent / "toolorchestra"
 

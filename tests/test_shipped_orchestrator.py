@@ -1,4 +1,4 @@
-"""Shipped trained orchestrators (backends/adapters.py): a checkpoint's LoRA adapter exported with
+"""Shipped trained orchestrators (backends/adapters.py, train/export.py): a checkpoint's LoRA adapter exported with
 `export_adapter` loads by name through the local backend's resolver and computes what the trained policy did.
 Runs on the tiny randomly initialized llama of _tiny_policy (saved as an HF dir, as the base model) and its
 fake routing env; the real shipped adapter is checked in test_eval.py's orchestrator tests."""
@@ -17,6 +17,7 @@ from _tiny_policy import FakeRoutingEnv, save_tiny_policy  # noqa: E402
 from toolorchestra.backends import adapters  # noqa: E402
 from toolorchestra.backends.local import load_hf_model, resolve_model_dir  # noqa: E402
 from toolorchestra.errors import UserError  # noqa: E402
+from toolorchestra.train import export  # noqa: E402
 from toolorchestra.train.config import TrainConfig  # noqa: E402
 from toolorchestra.train.trainer import Trainer  # noqa: E402
 
@@ -42,7 +43,7 @@ def trained_checkpoint(tmp_path, lora_rank: int = 8):
 def test_exported_adapter_loads_by_name_and_matches_the_trained_policy(tmp_path, monkeypatch) -> None:
     trainer, checkpoint = trained_checkpoint(tmp_path)
     root = tmp_path / "orchestrators"
-    written = adapters.export_adapter(checkpoint, root / "tiny-orchestrator", card="# tiny orchestrator\n")
+    written = export.export_adapter(checkpoint, root / "tiny-orchestrator", card="# tiny orchestrator\n")
     assert sorted(path.name for path in written.iterdir()) == [
         "README.md", "adapter_config.json", "adapter_model.safetensors", "orchestrator.json"]
     meta = json.loads((written / "orchestrator.json").read_text())
@@ -70,10 +71,10 @@ def test_exported_adapter_loads_by_name_and_matches_the_trained_policy(tmp_path,
 
 def test_export_errors_name_the_checkpoint(tmp_path) -> None:
     with pytest.raises(UserError, match="not a training checkpoint"):
-        adapters.export_adapter(tmp_path, tmp_path / "out")
+        export.export_adapter(tmp_path, tmp_path / "out")
     _, checkpoint = trained_checkpoint(tmp_path, lora_rank=0)
     with pytest.raises(UserError, match="without LoRA"):
-        adapters.export_adapter(checkpoint, tmp_path / "out")
+        export.export_adapter(checkpoint, tmp_path / "out")
 
 
 def test_init_checkpoint_starts_from_trained_weights(tmp_path) -> None:
@@ -99,7 +100,7 @@ def test_init_checkpoint_takes_an_exported_adapter_by_path_or_name(tmp_path, mon
 
     trainer, checkpoint = trained_checkpoint(tmp_path)
     root = tmp_path / "orchestrators"
-    exported = adapters.export_adapter(checkpoint, root / "tiny-orchestrator")
+    exported = export.export_adapter(checkpoint, root / "tiny-orchestrator")
     monkeypatch.setattr(adapters, "orchestrators_root", lambda: root)
     trained = {name: param for name, param in trainer.policy.named_parameters() if param.requires_grad}
     for reference in (str(exported), "tiny-orchestrator"):
@@ -125,7 +126,7 @@ def test_loading_an_adapter_without_peft_names_the_package(tmp_path, monkeypatch
 
     _, checkpoint = trained_checkpoint(tmp_path)
     root = tmp_path / "orchestrators"
-    adapters.export_adapter(checkpoint, root / "tiny-orchestrator")
+    export.export_adapter(checkpoint, root / "tiny-orchestrator")
     monkeypatch.setattr(adapters, "orchestrators_root", lambda: root)
     monkeypatch.setenv("TOOLORCHESTRA_CACHE", str(tmp_path / "cache"))
     monkeypatch.setitem(sys.modules, "peft", None)  # as if the optional package were not installed
@@ -150,7 +151,7 @@ def test_averaged_checkpoint_holds_the_mean_weights_and_exports(tmp_path) -> Non
     for name, value in first.items():
         torch.testing.assert_close(mean[name], value + 0.5, msg=name)
     assert json.loads((averaged / "state.json").read_text())["averaged_from"] == [str(checkpoint), str(second)]
-    exported = adapters.export_adapter(averaged, tmp_path / "orchestrators" / "averaged")
+    exported = export.export_adapter(averaged, tmp_path / "orchestrators" / "averaged")
     assert (exported / "adapter_model.safetensors").is_file()
     with pytest.raises(ValueError, match="average_checkpoints: no checkpoint"):
         average_checkpoints([], tmp_path / "none")

@@ -19,10 +19,10 @@ from toolorchestra.agent.trajectory import Trajectory
 from toolorchestra.backends.base import Backend, Completion, ToolCall, Usage
 from toolorchestra.bench.policies import ScriptedEpisode
 from toolorchestra.envs.registry import make_env
+from toolorchestra.envs.toolscale.actions import domain_specs
 from toolorchestra.envs.toolscale.data import DOMAINS, load_domain
 from toolorchestra.envs.toolscale.environment import ToolScaleEnv
 from toolorchestra.envs.toolscale.tasks import ACTION_FAMILIES, WRITE_FAMILIES
-from toolorchestra.envs.toolscale.tools import domain_specs
 
 
 @cache

@@ -8,11 +8,10 @@ import json
 
 from _toolscale_checks import checked_action_tasks, expect_errors, tools_of
 
-from toolorchestra.envs.toolscale.actions import action_drafts
+from toolorchestra.envs.toolscale.actions import action_drafts, domain_specs
 from toolorchestra.envs.toolscale.tasks import (
     Generator,
 )
-from toolorchestra.envs.toolscale.tools import domain_specs
 
 # KD7EKME's registration GO1ZSB7 (2025-SPRING, undergraduate, health insurance yes) holds XNMQ98S (Mon/Wed
 # 09:00-09:50, 3 credits, tuition 1350) and EDZVQJM (Tue/Thu 11:00-12:15, 4 credits, tuition 1800), paid

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from toolorchestra.backends.adapters import ShippedOrchestrator, shipped_orchestrators
 from toolorchestra.backends.base import Backend, Completion, Message, Usage
 from toolorchestra.backends.toolcalls import parse_tool_calls, to_plain_messages
 from toolorchestra.catalog.schema import LocalBackendSpec
@@ -89,8 +90,6 @@ def resolve_model_dir(path: str = DEFAULT_MODEL, gguf_file: str | None = None) -
     if path == DEFAULT_MODEL and gguf_file is None:
         return _converted_dir(bundled_smollm2_gguf(), "smollm2-135m-instruct-q4_1")
     if gguf_file is None:
-        from toolorchestra.backends.adapters import merge_adapter, shipped_orchestrators
-
         shipped = shipped_orchestrators().get(path)
         if shipped is not None:  # a trained orchestrator shipped as a LoRA adapter: merged once into the cache
             return _built_dir(shipped.cache_name(), lambda staging: merge_adapter(shipped, staging),
@@ -113,6 +112,20 @@ def resolve_model_dir(path: str = DEFAULT_MODEL, gguf_file: str | None = None) -
             "or a hub id like 'org/name'"
         )
     return _download_hub_snapshot(path)
+
+
+def merge_adapter(orchestrator: ShippedOrchestrator, out_dir: Path) -> None:
+    """Write the base model with the adapter merged into `out_dir` (an HF dir with its tokenizer)."""
+    try:
+        from peft import PeftModel
+    except ImportError:
+        raise UserError(f"the trained orchestrator {orchestrator.name!r} is a LoRA adapter and loading it needs "
+                        "peft: pip install 'toolorchestra[local]'") from None
+
+    model, tokenizer = load_hf_model(orchestrator.base)
+    merged = PeftModel.from_pretrained(model, str(orchestrator.folder)).merge_and_unload()
+    merged.save_pretrained(str(out_dir))
+    tokenizer.save_pretrained(str(out_dir))
 
 
 def _cache_name(gguf: Path) -> str:

@@ -1,29 +1,57 @@
-"""The model pool: model names -> specs and lazily built backends, with cost accounting."""
+"""The model pool: model names -> specs and lazily built backends, with cost accounting; backend factories by type."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from toolorchestra.backends.base import Backend, Completion, Message
-from toolorchestra.catalog.schema import ModelSpec
+from toolorchestra.catalog.schema import LocalBackendSpec, ModelSpec, OpenAIBackendSpec
+from toolorchestra.errors import ConfigError
+
+BackendFactory = Callable[[ModelSpec], Backend]
+
+# backend type (the catalog's `backend.type`) -> what builds it. A package that provides a backend type registers
+# it when imported (envs/replay/__init__.py registers `replay`), so this module imports nothing above backends/.
+_FACTORIES: dict[str, BackendFactory] = {}
+
+
+def register_backend(backend_type: str, factory: BackendFactory) -> None:
+    """Make catalog models of `backend_type` buildable by `factory(spec)` (a later registration replaces one)."""
+    _FACTORIES[backend_type] = factory
+
+
+def backend_types() -> list[str]:
+    return sorted(_FACTORIES)
 
 
 def make_backend(spec: ModelSpec) -> Backend:
-    """Build the backend a model spec describes. Heavy modules are imported only here."""
-    backend = spec.backend
-    if backend.type == "openai":
-        from toolorchestra.backends.openai_compat import OpenAIBackend
+    """Build the backend a model spec describes, through the factory registered for its type."""
+    factory = _FACTORIES.get(spec.backend.type)
+    if factory is None:
+        raise ConfigError(f"model {spec.name!r}: backend type {spec.backend.type!r} is not registered (registered: "
+                          f"{', '.join(backend_types())}); replay models need toolorchestra.envs.replay imported")
+    return factory(spec)
 
-        return OpenAIBackend(backend, name=spec.name)
-    if backend.type == "local":
-        from toolorchestra.backends.local import LocalBackend
 
-        return LocalBackend.shared(backend)
-    if backend.type == "replay":
-        from toolorchestra.envs.replay import make_replay_backend
+def _openai_backend(spec: ModelSpec) -> Backend:
+    # imported when first built: an HTTP client nobody uses costs nothing
+    from toolorchestra.backends.openai_compat import OpenAIBackend
 
-        return make_replay_backend(backend.world, backend.model, spec)
-    raise ValueError(f"unknown backend type {backend.type!r}")
+    assert isinstance(spec.backend, OpenAIBackendSpec)
+    return OpenAIBackend(spec.backend, name=spec.name)
+
+
+def _local_backend(spec: ModelSpec) -> Backend:
+    # imported when first built: torch and transformers load only for a local model
+    from toolorchestra.backends.local import LocalBackend
+
+    assert isinstance(spec.backend, LocalBackendSpec)
+    return LocalBackend.shared(spec.backend)
+
+
+register_backend("openai", _openai_backend)
+register_backend("local", _local_backend)
 
 
 class ModelPool:

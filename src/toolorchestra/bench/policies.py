@@ -28,6 +28,7 @@ from toolorchestra.agent.trajectory import Trajectory
 from toolorchestra.backends.base import Backend, ToolCall
 from toolorchestra.catalog.schema import Price
 from toolorchestra.envs.base import Env, Task
+from toolorchestra.envs.capabilities import GoldActionTasks
 from toolorchestra.envs.toolscale.tasks import REFUSAL_ANSWER, gold_answer
 from toolorchestra.errors import UserError
 from toolorchestra.tools.base import Tool, ToolResult
@@ -57,7 +58,7 @@ class RecordedWorld(Protocol):
 
 def has_gold_actions(env: Env) -> bool:
     """Whether the env's tasks carry `meta["gold_actions"]` and `meta["required_facts"]` (toolscale)."""
-    return bool(getattr(env, "gold_actions", False))
+    return isinstance(env, GoldActionTasks) and bool(env.gold_actions)
 
 
 class Policy(ABC):

@@ -1,24 +1,24 @@
 """Ray-parallel evaluation (`toolorchestra eval --ray [--num-workers N] [--ray-address ADDR]`).
 
 The driver claims the output dir, skips finished episodes and writes trajectories.jsonl, metrics.json and
-decisions.csv exactly as `evaluate` does (bench/eval.py), so resume and metrics are unchanged and a run may
-mix plain and Ray sessions. The pending tasks go in small chunks to N Ray actors; each actor builds its
-own env and policies from the request (they hold backends and models, which do not cross processes) and
-plays its chunk with the request's asyncio concurrency. Ray is local unless an address is given
-("auto" joins the cluster this machine belongs to).
+decisions.csv through the same run-dir store as `evaluate` (bench/rundir.py), so resume and metrics are unchanged
+and a run may mix plain and Ray sessions. The pending tasks go in small chunks to N Ray actors; each actor builds
+its own env and policies from the request (they hold backends and models, which do not cross processes) and plays
+its chunk with the request's asyncio concurrency. Ray is local unless an address is given ("auto" joins the
+cluster this machine belongs to).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
-from toolorchestra.bench.eval import (METRICS, TRAJECTORIES, EvalRequest, _finished, _orchestrator_factory,
-                                      add_hold_out_share, collect_metrics, drop_torn_tail, run_episode)
+from toolorchestra.bench.request import EvalRequest, orchestrator_factory, run_episode
+from toolorchestra.bench.rundir import TRAJECTORIES, drop_torn_tail, finished, write_results
 from toolorchestra.envs.base import Task
 from toolorchestra.errors import UserError
 
@@ -29,24 +29,17 @@ def run_eval_ray(request: EvalRequest, policies: Sequence[Any], tasks: Sequence[
                  env: Any = None) -> dict[str, Any]:
     """Play the pending episodes on Ray actors; write and return the metrics as `evaluate` does."""
     from toolorchestra.agent.trajectory import write_trajectory
-    from toolorchestra.bench.decisions import write_eval_decisions
 
     if request.num_workers < 1:
         raise UserError(f"--num-workers {request.num_workers}: expected at least 1")
     path = request.out / TRAJECTORIES
     drop_torn_tail(path)
-    done = _finished(path)
+    done = finished(path)
     pending = [task.id for task in tasks if any((policy.name, task.id) not in done for policy in policies)]
     if pending:
         for trajectory in _play_on_ray(_portable(request), pending, done):
             write_trajectory(path, trajectory)
-    header = {**request.manifest(), "limit": request.limit}
-    metrics = collect_metrics(path, policies, tasks, header)
-    if request.hold_out_models and env is not None:
-        add_hold_out_share(metrics, env, request.hold_out_models)
-    (request.out / METRICS).write_text(json.dumps(metrics, indent=2) + "\n")
-    write_eval_decisions(request.out, [policy.name for policy in policies], [task.id for task in tasks], header)
-    return metrics
+    return write_results(request.out, env, policies, tasks, {**request.manifest(), "limit": request.limit})
 
 
 def _portable(request: EvalRequest) -> EvalRequest:
@@ -104,14 +97,14 @@ class EvalWorker:
     """One Ray actor: the request's env and policies, built once, playing chunks of tasks."""
 
     def __init__(self, request: EvalRequest) -> None:
-        from toolorchestra.bench.eval import build_env
         from toolorchestra.bench.policies import parse_policy
+        from toolorchestra.bench.request import build_env
 
         self.request = request
         self.env = build_env(request)
         self.tasks = {task.id: task for task in self.env.tasks(request.split)}
         self.policies = parse_policy(request.policy, self.env, seed=request.seed,
-                                     orchestrator=_orchestrator_factory(request))
+                                     orchestrator=orchestrator_factory(request))
 
     async def run(self, task_ids: list[str], done: list[tuple[str, str]]) -> list[Any]:
         """The trajectories of these tasks' unfinished episodes (an async actor method: Ray runs it in the

@@ -53,7 +53,7 @@ def register(app: typer.Typer) -> None:
         """Write a checkpoint's LoRA adapter as a shipped orchestrator (peft format + orchestrator.json)."""
         from rich.console import Console
 
-        from toolorchestra.backends.adapters import export_adapter
+        from toolorchestra.train.export import export_adapter
         from toolorchestra.errors import UserError
 
         if card is not None and not card.is_file():

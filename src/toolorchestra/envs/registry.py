@@ -1,35 +1,47 @@
 """Environment names -> environments, and where their data lives.
 
 `make_env("replay:routerbench")` builds an Env. The data dir is, in order: the `data_dir` argument
-(the CLI's --data-dir), $TOOLORCHESTRA_DATA, or ../shared/data relative to the working directory.
-`replay:DIR` (DIR a path: it contains '/' or names an existing directory, relative to the working
-directory) is any directory in the replay format (docs/replay.md); registered names come first.
-Env modules are imported only when their env is built, so listing names stays cheap.
+(the CLI's --data-dir), $TOOLORCHESTRA_DATA, or ../shared/data relative to the working directory
+(envs/datadir.py). `replay:DIR` (DIR a path: it contains '/' or names an existing directory, relative to the
+working directory) is any directory in the replay format (docs/replay.md); registered names come first.
+This module is the top of envs/: it maps names to factories and imports the env packages, none of which imports
+it back (the replay worlds are named by envs/replay/worlds.py). Env modules are imported only when their env is
+built, so listing names stays cheap.
 """
 
 from __future__ import annotations
 
-import importlib
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from toolorchestra.envs.base import Env
+from toolorchestra.envs.datadir import DATA_ENV_VAR, DEFAULT_DATA_DIR, resolve_data_dir
+from toolorchestra.envs.replay.worlds import REPLAY_PREFIX, WORLDS, directory_world
+from toolorchestra.envs.replay.worlds import replay_dir as _world_dir
 from toolorchestra.errors import UserError
 
-DEFAULT_DATA_DIR = Path("../shared/data")
-DATA_ENV_VAR = "TOOLORCHESTRA_DATA"
+# factory(data_dir, **options) -> Env
+EnvFactory = Callable[..., Env]
+TOOLSCALE_DOMAINS = ("bank", "basketball", "ecommerce", "medicine", "movie", "railway", "restaurant", "school",
+                     "travel", "weather")
 
-# name -> (module, class); each class takes the data dir as its first argument.
-ENVS: dict[str, tuple[str, str]] = {
-    "replay:routerbench": ("toolorchestra.envs.replay.routerbench", "RouterBenchEnv"),
-    "replay:frames": ("toolorchestra.envs.replay.frames", "FramesEnv"),
-    "replay:frames-typed": ("toolorchestra.envs.replay.frames", "FramesTypedEnv"),
-    "toolscale:all": ("toolorchestra.envs.toolscale.environment", "ToolScaleEnv"),
-    **{f"toolscale:{domain}": ("toolorchestra.envs.toolscale.environment", f"ToolScale{domain.title()}Env")
-       for domain in ("bank", "basketball", "ecommerce", "medicine", "movie", "railway", "restaurant", "school",
-                      "travel", "weather")},
+
+def _toolscale(domain: str | None) -> EnvFactory:
+    """The factory of toolscale:DOMAIN (toolscale:all when `domain` is None)."""
+
+    def build(data_dir: Path, **options: Any) -> Env:
+        from toolorchestra.envs.toolscale.environment import DOMAIN_ENVS, ToolScaleEnv
+
+        return (DOMAIN_ENVS[domain] if domain else ToolScaleEnv)(data_dir, **options)
+
+    return build
+
+
+ENVS: dict[str, EnvFactory] = {
+    **WORLDS,
+    "toolscale:all": _toolscale(None),
+    **{f"toolscale:{domain}": _toolscale(domain) for domain in TOOLSCALE_DOMAINS},
 }
 
 
@@ -47,45 +59,30 @@ def env_names() -> list[str]:
     return sorted(ENVS)
 
 
-def register_env(name: str, module: str, class_name: str) -> None:
-    """Make another environment available by name (later environments register here)."""
-    ENVS[name] = (module, class_name)
-
-
-def resolve_data_dir(data_dir: Path | str | None = None) -> Path:
-    chosen = data_dir or os.environ.get(DATA_ENV_VAR) or DEFAULT_DATA_DIR
-    path = Path(chosen).expanduser()
-    if not path.is_dir():
-        source = "--data-dir" if data_dir else (DATA_ENV_VAR if os.environ.get(DATA_ENV_VAR) else "default data dir")
-        raise UserError(f"{source} {path}: directory not found (set --data-dir or ${DATA_ENV_VAR} to the shared data)")
-    return path.resolve()
-
-
-REPLAY_PREFIX = "replay:"
+def register_env(name: str, factory: EnvFactory) -> None:
+    """Make another environment available by name: `factory(data_dir, **options)` builds it."""
+    ENVS[name] = factory
 
 
 def replay_dir(name: str) -> Path | None:
     """The directory of a `replay:DIR` name (not a registered one), else None."""
-    if name in ENVS or not name.startswith(REPLAY_PREFIX):
-        return None
-    rest = name[len(REPLAY_PREFIX):]
-    return Path(rest) if rest and ("/" in rest or Path(rest).is_dir()) else None
+    return None if name in ENVS else _world_dir(name)
 
 
-def env_class(name: str) -> Callable[..., Env]:
+def env_factory(name: str) -> EnvFactory:
     if name not in ENVS:
         raise UserError(f"--env {name!r}: unknown environment; valid: {', '.join(env_names())}, or replay:DIR "
                         "for a directory in the replay format (docs/replay.md)")
-    module, class_name = ENVS[name]
-    return getattr(importlib.import_module(module), class_name)
+    return ENVS[name]
 
 
 def make_env(name: str, data_dir: Path | str | None = None, **options: Any) -> Env:
     """Build environment `name` over the data dir, or the replay directory it names (see module docstring)."""
     directory = replay_dir(name)
     if directory is not None:
-        from toolorchestra.envs.replay.world import DirectoryWorldEnv
+        return directory_world(directory, name, **options)
+    return env_factory(name)(resolve_data_dir(data_dir), **options)
 
-        return DirectoryWorldEnv(directory, name=name, **options)
-    factory = env_class(name)
-    return factory(resolve_data_dir(data_dir), **options)
+
+__all__ = ["DATA_ENV_VAR", "DEFAULT_DATA_DIR", "ENVS", "REPLAY_PREFIX", "SAME_WORLD", "env_factory", "env_names",
+           "make_env", "register_env", "replay_dir", "resolve_data_dir", "world_of"]

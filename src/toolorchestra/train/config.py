@@ -339,8 +339,8 @@ def merge(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
 def resolve_defaults(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     """The YAML at `path` with its `defaults:` list applied: each listed file (relative to this one, itself
     resolved the same way) merged in order, then this file's own keys last."""
-    from toolorchestra.catalog.load import read_yaml
     from toolorchestra.errors import ConfigError
+    from toolorchestra.files import read_yaml
 
     data = read_yaml(path)
     data = {} if data is None else data
@@ -364,8 +364,8 @@ def load_train_config(path: Path | str) -> TrainConfig:
     """Read and validate a training YAML (with its `defaults:` bases); errors name the file and the field."""
     from pydantic import ValidationError
 
-    from toolorchestra.catalog.load import format_validation_error
     from toolorchestra.errors import ConfigError
+    from toolorchestra.files import format_validation_error
 
     data = resolve_defaults(Path(path))
     try:

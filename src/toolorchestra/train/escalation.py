@@ -219,17 +219,17 @@ class EscalationTargets:
 
     def __init__(self, env: Any, tasks: Sequence[Any], max_consults: int, prior_strength: float,
                  folds: int = 5, seed: int = 0) -> None:
+        from toolorchestra.envs.capabilities import PricedOutcomes
         from toolorchestra.errors import TrainingError
 
-        models = getattr(env, "models", None)
-        if models is None or not hasattr(env, "record") or not hasattr(env, "call_cost"):
+        if not isinstance(env, PricedOutcomes):
             raise TrainingError(f"counterfactual.targets: escalation needs recorded outcomes of every "
                                 f"model (a replay world); env {env.name!r} has none")
         if len(tasks) < 2 * folds:
             raise TrainingError(f"counterfactual.targets: escalation needs at least {2 * folds} train "
                                 f"tasks to cross-fit on; got {len(tasks)}")
         self.env = env
-        self.models = list(models())
+        self.models = list(env.models())
         self.index = {model: position for position, model in enumerate(self.models)}
         rows = {task.id: row for task, row in zip(tasks, outcome_rows(env, tasks), strict=True)}
         self._attempted = {task_id: [bool(row[model]["attempted"]) for model in self.models]

@@ -23,6 +23,7 @@ import numpy as np
 
 from toolorchestra.bench.predictors import SubtaskMeanGrades
 from toolorchestra.envs.base import Env, Task
+from toolorchestra.envs.capabilities import RecordedOutcomes
 from toolorchestra.errors import TrainingError
 
 
@@ -31,15 +32,13 @@ class SubtaskOutcomeModel:
     (bench/predictors.py's `SubtaskMeanGrades` over the env's recorded grades)."""
 
     def __init__(self, env: Env, tasks: Sequence[Task]) -> None:
-        record = getattr(env, "record", None)
-        models = getattr(env, "models", None)
-        if record is None or models is None:
+        if not isinstance(env, RecordedOutcomes):
             raise TrainingError(f"counterfactual.targets: outcome_model needs recorded outcomes of every "
                                 f"model (a replay world); env {env.name!r} has none")
         if not tasks:
             raise TrainingError("counterfactual.targets: outcome_model has no train task to fit on")
-        self.models: list[str] = list(models())
-        grades = np.array([[float(record(task.id, model).correct) for model in self.models] for task in tasks])
+        self.models: list[str] = list(env.models())
+        grades = np.array([[float(env.record(task.id, model).correct) for model in self.models] for task in tasks])
         self._means = SubtaskMeanGrades().fit(tasks, grades)
         self._index = {model: position for position, model in enumerate(self.models)}
 

@@ -29,12 +29,11 @@ from typing import Annotated, Any, Literal, Protocol
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
-from toolorchestra.catalog.load import yaml_problem
 from toolorchestra.catalog.schema import LatencyPrior, Price
 from toolorchestra.envs.base import Task
 from toolorchestra.envs.replay.base import SPLITS, Recorded, ReplayData
 from toolorchestra.errors import UserError
-from toolorchestra.lines import MAX_LINE_BYTES_ENV, MAX_TEXT_FILE_BYTES, LineTooLong, read_lines
+from toolorchestra.files import MAX_LINE_BYTES_ENV, MAX_TEXT_FILE_BYTES, LineTooLong, read_lines, yaml_problem
 
 QUESTIONS = "questions.jsonl"
 MODELS = "models"

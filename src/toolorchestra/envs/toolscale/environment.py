@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from toolorchestra.envs.base import Env, Score, Task
+from toolorchestra.envs.toolscale.actions import domain_specs
 from toolorchestra.envs.toolscale.data import DOMAINS, Domain, load_domain
 from toolorchestra.envs.toolscale.tasks import contains_fact, generate_tasks
-from toolorchestra.envs.toolscale.tools import DomainTool, domain_specs
+from toolorchestra.envs.toolscale.tools import DomainTool
 from toolorchestra.errors import UserError
 from toolorchestra.tools.base import Tool, ToolContext, ToolResult
 

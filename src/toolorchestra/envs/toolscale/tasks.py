@@ -25,22 +25,21 @@ from __future__ import annotations
 import hashlib
 import random
 import re
-from dataclasses import dataclass, field
 from typing import Any
 
 from toolorchestra.envs.base import Task
-from toolorchestra.envs.toolscale.actions import action_drafts
+from toolorchestra.envs.toolscale.actions import action_drafts, domain_specs
 from toolorchestra.envs.toolscale.data import (
     CollectionShape,
     Domain,
     leaf_paths,
     read_path,
 )
+from toolorchestra.envs.toolscale.drafts import Draft, action, fact_text
 from toolorchestra.envs.toolscale.tools import (
     DomainTool,
     ToolSpec,
     derive_tools,
-    domain_specs,
     key_argument,
 )
 
@@ -52,29 +51,6 @@ LOOKUPS_PER_RECORD = 3
 MAX_FACT_CHARS = 60
 TEST_SHARE = 60  # percent of owners whose tasks go to the test split
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
-
-
-@dataclass
-class Draft:
-    family: str
-    owner: str
-    prompt: str
-    actions: list[dict[str, Any]]
-    facts: list[str] = field(default_factory=list)
-    fact_paths: list[str] = field(default_factory=list)  # where each fact sits in its record ("address.city")
-    forbidden: list[dict[str, Any]] = field(default_factory=list)  # {"name", "argument", "value"}
-    error_first: bool = False
-    refused: list[dict[str, Any]] = field(default_factory=list)  # calls the policy forbids: they must fail
-
-
-def action(name: str, **arguments: Any) -> dict[str, Any]:
-    return {"name": name, "arguments": arguments}
-
-
-def fact_text(value: Any) -> str:
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return str(value)
 
 
 def contains_fact(text: str, fact: str) -> bool:

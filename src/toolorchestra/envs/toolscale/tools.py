@@ -271,19 +271,11 @@ def derive_tools(shapes: dict[str, CollectionShape],
     return specs
 
 
-def domain_specs(domain: Domain) -> list[ToolSpec]:
-    """The derived tools, then the domain's policy actions (envs/toolscale/actions/<domain>.py, if any)."""
-    # imported here: the action modules build on this one
-    from toolorchestra.envs.toolscale.actions import action_specs
-
-    return derive_tools(domain.shapes, domain.nested) + action_specs(domain)
-
-
 def object_schema(required: dict[str, Any], optional: dict[str, Any] | None = None) -> dict[str, Any]:
     """A strict JSON schema for an action's arguments."""
     return {"type": "object", "properties": {**required, **(optional or {})}, "required": list(required),
             "additionalProperties": False}
 
 
-__all__ = ["DomainTool", "ToolFailure", "ToolSpec", "derive_tools", "domain_specs", "key_argument", "leaf_paths",
+__all__ = ["DomainTool", "ToolFailure", "ToolSpec", "derive_tools", "key_argument", "leaf_paths",
            "object_schema"]

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from toolorchestra.agent.preference import Preference
 from toolorchestra.agent.trajectory import StopReason, Trajectory, read_trajectories, write_trajectory
 from toolorchestra.backends.pool import ModelPool
-from toolorchestra.bench.eval import claim_dir
+from toolorchestra.bench.rundir import claim_dir
 from toolorchestra.catalog.schema import Catalog
 from toolorchestra.errors import EvalError, UserError
 from toolorchestra.integrations.tau2.metrics import is_success, summarize_tau2
@@ -368,7 +368,7 @@ class Tau2Output:
         self.done = {(trajectory.task_id, trajectory.score_details.get("trial")) for trajectory in finished}
 
     def finished_trajectories(self) -> list[Trajectory]:
-        from toolorchestra.bench.eval import drop_torn_tail
+        from toolorchestra.bench.rundir import drop_torn_tail
 
         if not self.trajectories_path.exists():
             return []

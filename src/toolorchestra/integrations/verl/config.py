@@ -155,7 +155,7 @@ KNOBS: dict[str, str | None] = {
 
 def load_verl_config(path: Path | str) -> VerlConfig:
     """Read and validate a verl training YAML; errors name the file and the field."""
-    from toolorchestra.catalog.load import load_yaml_model
+    from toolorchestra.files import load_yaml_model
 
     return load_yaml_model(path, VerlConfig, "a mapping of config sections", empty_ok=True)
 

@@ -1,41 +1,46 @@
-"""Per-domain policy actions that the schema rules cannot derive, registered by domain name.
+"""Per-domain policy actions that the schema rules cannot derive, by domain name.
 
-A domain's optional module `actions/<domain>.py` provides
+A domain's module `actions/<domain>.py` provides
 - `specs(domain) -> list[ToolSpec]`: its action tools (validated like every derived tool; a broken rule
   of the policy is a ToolFailure naming the rule), appended after the derived tools;
 - `drafts(generator) -> list[Draft]`: tasks using them (families `action_write`, `action_refusal`),
   drafted from the generator's own random stream and verified like every other task.
-This package owns the lookup of those modules and the helpers they share (the fixed clock, new keys,
-amounts); the generic derivation in `tools.py` knows nothing of any domain.
+This package maps domain names to those modules and composes a domain's full tool list; the helpers the
+modules share live in `actions/shared.py` and the draft type in `drafts.py`, so the generic derivation
+(`tools.py`) and generation (`tasks.py`) sit below or above the domain modules, never beside them in a circle.
 """
 
 from __future__ import annotations
 
-import hashlib
-import importlib
-import math
-from collections.abc import Sequence
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec
+from toolorchestra.envs.toolscale.actions import (
+    bank,
+    basketball,
+    ecommerce,
+    medicine,
+    movie,
+    railway,
+    restaurant,
+    school,
+    travel,
+    weather,
+)
+from toolorchestra.envs.toolscale.tools import ToolSpec, derive_tools
 
 if TYPE_CHECKING:
-    from toolorchestra.envs.toolscale.data import Database, Domain
-    from toolorchestra.envs.toolscale.tasks import Draft, Generator
+    from toolorchestra.envs.toolscale.data import Domain
+    from toolorchestra.envs.toolscale.drafts import Draft
+    from toolorchestra.envs.toolscale.tasks import Generator
 
-NOW = "2025-10-16T12:00:00Z"  # the episode clock (after every timestamp in the data): writes stay deterministic
-KEY_ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+MODULES: dict[str, ModuleType] = {module.__name__.rpartition(".")[2]: module for module in (
+    bank, basketball, ecommerce, medicine, movie, railway, restaurant, school, travel, weather)}
 
 
 def actions_module(domain_name: str) -> ModuleType | None:
     """`actions/<domain_name>.py` if the domain has one."""
-    try:
-        return importlib.import_module(f"{__name__}.{domain_name}")
-    except ModuleNotFoundError as error:
-        if error.name != f"{__name__}.{domain_name}":
-            raise
-        return None
+    return MODULES.get(domain_name)
 
 
 def action_specs(domain: Domain) -> list[ToolSpec]:
@@ -48,60 +53,9 @@ def action_drafts(generator: Generator) -> list[Draft]:
     return list(module.drafts(generator)) if module else []
 
 
-def existing(database: Database, collection: str, key: str, argument: str, what: str | None = None) -> dict[str, Any]:
-    """The record `key` of `collection`, or a ToolFailure "no WHAT with ARGUMENT 'key'" (WHAT defaults to the
-    argument without its `_id`/`_ref` suffix)."""
-    record = database.get(collection, key)
-    if record is None:
-        noun = what or argument.removesuffix("_id").removesuffix("_ref")
-        raise ToolFailure(f"no {noun} with {argument} {key!r}")
-    return record
+def domain_specs(domain: Domain) -> list[ToolSpec]:
+    """The derived tools, then the domain's policy actions (envs/toolscale/actions/<domain>.py, if any)."""
+    return derive_tools(domain.shapes, domain.nested) + action_specs(domain)
 
 
-def new_key(database: Database, collection: str, length: int = 8) -> str:
-    """A fresh key for a created record, derived from the collection's size: the same writes in the same
-    order give the same keys, so the gold and the agent's episode reach the same database hash."""
-    counter = len(database.keys(collection))
-    while True:
-        digest = int(hashlib.sha256(f"{collection}:{counter}".encode()).hexdigest(), 16)
-        key = "".join(KEY_ALPHABET[(digest >> (6 * i)) % len(KEY_ALPHABET)] for i in range(length))
-        if database.get(collection, key) is None:
-            return key
-        counter += 1
-
-
-def positive_amount(arguments: dict[str, Any], name: str = "amount", allow_zero: bool = False) -> float:
-    """The validated amount argument: a finite number > 0 (>= 0 with allow_zero), as a float."""
-    value = arguments[name]
-    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
-        raise ToolFailure(f"invalid argument {name}: expected a finite number {'>=' if allow_zero else '>'} 0, "
-                          f"got {value!r}")
-    return float(value)
-
-
-def money(value: float) -> float:
-    return round(value, 2)
-
-
-def write_spec(name: str, description: str, parameters: dict[str, Any], handler: Any, collection: str,
-               key_argument: str) -> ToolSpec:
-    """A policy write action: its description marked WRITE for the agent, and the collection and key argument
-    that name the record it changes (what refusals forbid)."""
-    return ToolSpec(name, f"WRITE. {description}", parameters, handler, writes=True, collection=collection,
-                    key_argument=key_argument)
-
-
-def address_of(arguments: dict[str, Any], fields: Sequence[str], optional: Sequence[str]) -> dict[str, str]:
-    """The address `fields` of a call, stripped; every field not in `optional` must be non-empty."""
-    blank = [name for name in fields if name not in optional and not arguments[name].strip()]
-    if blank:
-        required = ", ".join(name for name in fields if name not in optional)
-        raise ToolFailure(f"invalid argument {blank[0]}: every address field but {', '.join(optional)} ({required}) "
-                          "is required")
-    return {name: arguments[name].strip() for name in fields}
-
-
-AMOUNT_SCHEMA = {"type": "number", "exclusiveMinimum": 0}
-
-__all__ = ["AMOUNT_SCHEMA", "NOW", "action_drafts", "action_specs", "actions_module", "address_of", "existing", "money",
-           "new_key", "positive_amount", "write_spec"]
+__all__ = ["MODULES", "action_drafts", "action_specs", "actions_module", "domain_specs"]

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from toolorchestra.envs.toolscale.actions import existing
-from toolorchestra.envs.toolscale.tasks import Draft, action
+from toolorchestra.envs.toolscale.actions.shared import existing
+from toolorchestra.envs.toolscale.drafts import Draft, action
 from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema
 
 if TYPE_CHECKING:

@@ -45,8 +45,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from toolorchestra.envs.toolscale.actions import address_of, existing, money, write_spec
-from toolorchestra.envs.toolscale.tasks import Draft, action
+from toolorchestra.envs.toolscale.actions.shared import address_of, existing, money, write_spec
+from toolorchestra.envs.toolscale.drafts import Draft, action
 from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema
 
 if TYPE_CHECKING:

@@ -38,8 +38,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from toolorchestra.envs.toolscale.actions import AMOUNT_SCHEMA, existing, money, positive_amount, write_spec
-from toolorchestra.envs.toolscale.tasks import Draft, action, fact_text
+from toolorchestra.envs.toolscale.actions.shared import (
+    AMOUNT_SCHEMA,
+    existing,
+    money,
+    positive_amount,
+    write_spec,
+)
+from toolorchestra.envs.toolscale.drafts import Draft, action, fact_text
 from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema
 
 if TYPE_CHECKING:

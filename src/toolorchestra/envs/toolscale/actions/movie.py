@@ -29,8 +29,8 @@ from __future__ import annotations
 import hashlib
 from typing import TYPE_CHECKING, Any
 
-from toolorchestra.envs.toolscale.actions import existing, money, new_key
-from toolorchestra.envs.toolscale.tasks import Draft, action
+from toolorchestra.envs.toolscale.actions.shared import existing, money, new_key
+from toolorchestra.envs.toolscale.drafts import Draft, action
 from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema
 
 if TYPE_CHECKING:

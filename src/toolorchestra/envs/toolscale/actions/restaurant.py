@@ -46,8 +46,13 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from toolorchestra.envs.toolscale.actions import address_of, existing, money, positive_amount
-from toolorchestra.envs.toolscale.tasks import Draft, action, fact_text
+from toolorchestra.envs.toolscale.actions.shared import (
+    address_of,
+    existing,
+    money,
+    positive_amount,
+)
+from toolorchestra.envs.toolscale.drafts import Draft, action, fact_text
 from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema
 
 if TYPE_CHECKING:

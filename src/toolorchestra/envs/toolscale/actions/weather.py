@@ -20,8 +20,8 @@ import datetime
 import math
 from typing import TYPE_CHECKING, Any
 
-from toolorchestra.envs.toolscale.actions import existing
-from toolorchestra.envs.toolscale.tasks import Draft, action, fact_text
+from toolorchestra.envs.toolscale.actions.shared import existing
+from toolorchestra.envs.toolscale.drafts import Draft, action, fact_text
 from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema
 
 if TYPE_CHECKING:

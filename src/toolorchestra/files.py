@@ -1,4 +1,5 @@
-"""Reading a line-oriented file (JSONL) without trusting its line lengths.
+"""Reading users' files without trusting them: JSONL line by line, text and YAML with a size bound, and
+pydantic-validated YAML whose every failure is one message naming the file (and line or field).
 
 A single 200 MB line read with a plain `for line in handle` lands in memory whole, then again as a decoded string
 and again as parsed JSON: enough to get a process killed. `read_lines` reads each line with a bounded `readline`,
@@ -10,8 +11,12 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, TypeVar
 
-from toolorchestra.errors import UserError
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from toolorchestra.errors import ConfigError, UserError
 
 MAX_LINE_BYTES_ENV = "TOOLORCHESTRA_MAX_LINE_BYTES"
 DEFAULT_MAX_LINE_BYTES = 64 * 2**20
@@ -74,3 +79,61 @@ def read_text_file(path: Path | str, what: str = "a UTF-8 text file", limit: int
         raise UserError(f"{path}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
                         f"expected {what}") from None
 
+
+def format_validation_error(path: Path | str, error: ValidationError) -> str:
+    lines = [f"{path}: invalid configuration"]
+    for item in error.errors():
+        where = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        got = item.get("input")
+        got_text = "" if isinstance(got, dict) else f" (got {got!r})"
+        lines.append(f"  field {where}: {item['msg']}{got_text}")
+    return "\n".join(lines)
+
+
+def read_yaml(path: Path | str) -> Any:
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"{path}: file not found")
+    if not path.is_file():
+        raise ConfigError(f"{path}: not a file (expected a YAML file)")
+    try:
+        text = read_text_file(path, "a YAML file")
+    except UserError as exc:  # too large, or not UTF-8 (a binary given by mistake)
+        raise ConfigError(str(exc)) from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        line, problem = yaml_problem(exc, text)
+        raise ConfigError(f"{path}{f':{line}' if line else ''}: not valid YAML: {problem}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: not a usable YAML file: nested too deeply to read") from None
+    except ValueError as exc:  # e.g. an integer of thousands of digits, which Python refuses to convert
+        raise ConfigError(f"{path}: not a usable YAML file: {str(exc)[:200]}") from None
+
+
+def yaml_problem(exc: yaml.YAMLError, text: str) -> tuple[int | None, str]:
+    """The 1-based line and the one-line reason of a YAML error (PyYAML's own text spans several lines)."""
+    if isinstance(exc, yaml.reader.ReaderError):  # a character YAML does not allow, e.g. a control byte
+        code = ord(exc.character) if isinstance(exc.character, str) else exc.character
+        return text.count("\n", 0, exc.position) + 1, f"character #x{code:04x} is not allowed in YAML"
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc)
+    context = getattr(exc, "context", None)
+    reason = " ".join(f"{problem}{f' ({context})' if context else ''}".split())
+    return (mark.line + 1 if mark is not None else None), reason
+
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+def load_yaml_model(path: Path | str, model: type[ModelT], expected: str, empty_ok: bool = False) -> ModelT:
+    """Read a YAML mapping into pydantic `model`; every failure is a ConfigError naming the file."""
+    data = read_yaml(path)
+    if data is None and empty_ok:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected {expected}; got {type(data).__name__}")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(path, exc)) from None

@@ -1,0 +1,194 @@
+"""An eval run as a request, and what every executor builds from it: the env (with price options), the
+orchestrator policies, the task selection, and one scored episode. bench/eval.py (in process) and
+bench/ray_eval.py (Ray actors) both execute requests through this module and store through bench/rundir.py;
+neither imports the other's helpers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from toolorchestra.agent.trajectory import Trajectory
+from toolorchestra.bench.policies import OrchestratorPolicy, Policy
+from toolorchestra.envs.base import Env, Task
+from toolorchestra.envs.capabilities import AsyncScoring, LabeledModels, ModelWorld
+from toolorchestra.errors import UserError
+
+LOCAL_ORCHESTRATORS = ("smollm2-135m",)  # the untrained embedded model; trained ones ship as adapters
+
+
+def local_orchestrators() -> list[str]:
+    """Orchestrator models available by name: the embedded SmolLM2 and every shipped trained adapter."""
+    from toolorchestra.backends.adapters import shipped_orchestrators
+
+    return [*LOCAL_ORCHESTRATORS, *shipped_orchestrators()]
+
+
+@dataclass
+class EvalRequest:
+    env: str
+    policy: str
+    out: Path
+    split: str = "test"
+    limit: int | None = None
+    per_subtask: int | None = None
+    task_ids: list[str] | None = None  # --task-ids: only these tasks of the split, in the split's order
+    concurrency: int = 8
+    seed: int = 0
+    data_dir: Path | None = None
+    config: Path | None = None
+    prefer: str | None = None
+    max_turns: int = 4
+    max_tokens: int = 256
+    tools: list[str] | None = None
+    judge: str | None = None
+    delay_s: float = 0.0
+    progress: bool = True
+    ray: bool = False  # run episodes on Ray actors (bench/ray_eval.py); not part of the manifest
+    num_workers: int = 2
+    ray_address: str | None = None
+    price_scale: dict[str, float] | None = None  # --price-scale MODEL=X: that model's prices times X
+    prices: Path | None = None  # --prices FILE: a price sheet (replay format) overriding the world's prices
+    hold_out_models: list[str] | None = None  # --hold-out-models: models training never offered (reported)
+
+    def manifest(self) -> dict[str, Any]:
+        """What must match for a rerun into the same dir to resume it."""
+        fields = {"env": self.env, "split": self.split, "policy": self.policy, "seed": self.seed}
+        if self.per_subtask is not None:
+            fields["per_subtask"] = self.per_subtask
+        if self.task_ids:
+            fields["task_ids"] = list(self.task_ids)
+        if self.judge:
+            fields["judge"] = self.judge
+        if self.price_scale:
+            fields["price_scale"] = dict(sorted(self.price_scale.items()))
+        if self.prices is not None:
+            fields["prices"] = str(self.prices)
+        if self.hold_out_models:
+            fields["hold_out_models"] = list(self.hold_out_models)
+        if self.policy.startswith("orchestrator:"):
+            fields.update(config=str(self.config) if self.config else None, prefer=self.prefer,
+                          max_turns=self.max_turns, max_tokens=self.max_tokens, tools=self.tools)
+        return fields
+
+
+def build_env(request: EvalRequest) -> Env:
+    """The request's env, with --prices and --price-scale applied (replay worlds)."""
+    from toolorchestra.envs.registry import make_env
+    from toolorchestra.envs.replay.world import apply_price_options
+
+    env = make_env(request.env, request.data_dir, **_env_options(request))
+    apply_price_options(env, request.price_scale, request.prices)
+    if request.hold_out_models:
+        _check_hold_out(env, request.hold_out_models)
+    return env
+
+
+def _check_hold_out(env: Env, names: Sequence[str]) -> None:
+    if not isinstance(env, ModelWorld):
+        raise UserError(f"--hold-out-models applies to worlds with a model pool (replay worlds), not to {env.name}")
+    models = env.models()
+    labels: set[str] = {env.label(model) for model in models} if isinstance(env, LabeledModels) else set()
+    unknown = [name for name in names if name not in models and name not in labels]
+    if unknown:
+        raise UserError(f"--hold-out-models: {env.name} has no model {', '.join(map(repr, unknown))}; models: "
+                        f"{', '.join(models)}")
+
+
+def tasks_with_ids(tasks: Sequence[Task], task_ids: Sequence[str], where: str) -> list[Task]:
+    """The tasks named by `task_ids`, in the split's order; an id the split lacks is a UserError naming it."""
+    wanted = set(task_ids)
+    missing = sorted(wanted - {task.id for task in tasks})
+    if missing:
+        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        raise UserError(f"--task-ids: {where} has no task {shown}")
+    return [task for task in tasks if task.id in wanted]
+
+
+def first_per_subtask(tasks: Sequence[Task], count: int) -> list[Task]:
+    """The first `count` tasks of every subtask (e.g. each toolscale domain/family), in the split's order: a
+    small sample that covers every kind of task, where the first N tasks would be one domain's lookups."""
+    taken: dict[str | None, int] = {}
+    chosen = []
+    for task in tasks:
+        if taken.get(task.subtask, 0) < count:
+            taken[task.subtask] = taken.get(task.subtask, 0) + 1
+            chosen.append(task)
+    return chosen
+
+
+async def run_episode(env: Env, policy: Policy, task: Task) -> Trajectory:
+    """One scored episode; a policy that crashes yields an error trajectory, not a failed batch."""
+    from toolorchestra.envs.base import current_task
+
+    token = current_task.set(task)
+    try:
+        trajectory = await policy.run(task, env.tools_for(task))
+    except Exception as exc:  # recorded, so the run goes on and the report shows the failure
+        trajectory = Trajectory(task_id=task.id, policy=policy.name, question=task.prompt, stop_reason="error",
+                                score_details={"error": f"{exc.__class__.__name__}: {exc}"})
+    finally:
+        current_task.reset(token)
+    score = await env.ascore(task, trajectory) if isinstance(env, AsyncScoring) else env.score(task, trajectory)
+    trajectory.env, trajectory.split, trajectory.policy = env.name, task.split, policy.name
+    trajectory.correct = score.correct
+    trajectory.score_details = {**trajectory.score_details, **score.details}
+    return trajectory
+
+
+def _env_options(request: EvalRequest) -> dict[str, Any]:
+    """--judge NAME: an LLM grader (a model of --config) for free-text FRAMES answers."""
+    if not request.judge:
+        return {}
+    if request.env != "replay:frames":
+        raise UserError(f"--judge applies to replay:frames free-text answers, not to {request.env}")
+    if request.config is None:
+        raise UserError("--judge NAME needs --config CATALOG naming that model (e.g. an OpenAI-compatible server)")
+    from toolorchestra.backends.pool import ModelPool
+    from toolorchestra.catalog import load_catalog
+    from toolorchestra.envs.replay.judge import LLMJudge
+
+    catalog = load_catalog(request.config)
+    names = [spec.name for spec in catalog.models]
+    if request.judge not in names:
+        raise UserError(f"--judge {request.judge}: no such model in --config {request.config}; its models are "
+                        f"{', '.join(names)}")
+    return {"judge": LLMJudge(ModelPool(catalog.models).backend(request.judge))}
+
+
+def orchestrator_factory(request: EvalRequest) -> Callable[[str], Policy]:
+    def build(model: str) -> Policy:
+        from toolorchestra.agent.preference import Preference
+        from toolorchestra.backends.pool import ModelPool, make_backend
+        from toolorchestra.catalog.schema import LatencyPrior, LocalBackendSpec, ModelSpec, Price
+
+        preference = Preference.parse(request.prefer)
+        if request.config is not None:
+            from toolorchestra.catalog import load_catalog
+
+            catalog = load_catalog(request.config)
+            names = [spec.name for spec in catalog.models]
+            if model not in names:
+                raise UserError(f"--policy orchestrator:{model}: no model {model!r} in --config {request.config}; "
+                                f"its models are {', '.join(names)}")
+            spec = catalog.model(model)
+            backend = ModelPool(catalog.models).backend(model)
+        elif model in local_orchestrators() or Path(model).exists():
+            spec = ModelSpec(name=model, backend=LocalBackendSpec(path=model), price=Price(),
+                             latency=LatencyPrior(overhead_s=0.05, output_tokens_per_s=25.0))
+            backend = make_backend(spec)
+        else:
+            raise UserError(f"--policy orchestrator:{model}: unknown orchestrator model; valid: "
+                            f"{', '.join(local_orchestrators())} (embedded), a local model path or .gguf file, "
+                            "or a model named in --config CATALOG (e.g. an OpenAI-compatible server)")
+        return OrchestratorPolicy(f"orchestrator:{model}", backend, model_name=model, price=spec.price,
+                                  preference=preference, max_turns=request.max_turns, max_tokens=request.max_tokens,
+                                  tools=request.tools)
+
+    return build
+
+
+__all__ = ["LOCAL_ORCHESTRATORS", "EvalRequest", "build_env", "first_per_subtask", "local_orchestrators",
+           "orchestrator_factory", "run_episode", "tasks_with_ids"]
