@@ -59,7 +59,8 @@ def _play_on_ray(request: EvalRequest, task_ids: list[str], done: set[tuple[str,
         raise UserError("--ray needs Ray: pip install 'toolorchestra[ray]' (or run without --ray)") from None
 
     _init_ray(request)
-    worker_class = ray.remote(num_cpus=0)(EvalWorker)
+    # Any: ray types an actor class's methods as plain callables, without their `.remote`
+    worker_class: Any = ray.remote(num_cpus=0)(EvalWorker)
     workers = [worker_class.remote(request) for _ in range(min(request.num_workers, len(task_ids)))]
     size = max(1, -(-len(task_ids) // (len(workers) * CHUNKS_PER_WORKER)))
     chunks = [task_ids[start:start + size] for start in range(0, len(task_ids), size)]

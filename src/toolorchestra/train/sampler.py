@@ -234,8 +234,9 @@ def _label_prefix(tool: LLMTool) -> str:
     """`expert` for labels such as expert-3; the tool's name when its labels are not numbered."""
     first = next(iter(tool.labels))
     match = _LABEL_NUMBER.match(first)
-    numbered = match and match.group(1) and all(_LABEL_NUMBER.match(label) for label in tool.labels)
-    return match.group(1) if numbered and match.group(1) in (tool.name, "expert", "answer") else tool.name
+    if match is None or not match.group(1) or not all(_LABEL_NUMBER.match(label) for label in tool.labels):
+        return tool.name
+    return match.group(1) if match.group(1) in (tool.name, "expert", "answer") else tool.name
 
 
 def _repriced_pool(pool: ModelPool, factors: dict[str, float]) -> ModelPool:

@@ -150,7 +150,7 @@ class Trainer:
         trainable = [param for param in self.policy.parameters() if param.requires_grad]
         optim = config.actor.optim
         self.optimizer = torch.optim.AdamW(trainable, lr=optim.lr, weight_decay=optim.weight_decay,
-                                           betas=tuple(optim.betas))
+                                           betas=(optim.betas[0], optim.betas[1]))
         self.sampler = TaskSampler(self.env, self.tasks, config.sampler, config.seed)
         self.rollout = RolloutEngine(self.policy, tokenizer, self.env, config.rollout,
                                      max_question_chars=config.data.max_question_chars)

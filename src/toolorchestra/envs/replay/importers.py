@@ -92,7 +92,7 @@ def _read_csv(path: Path, questions: list[dict[str, Any]], answers: dict[str, li
                                                       "correct": record.correct, "cost_usd": record.cost_usd})
 
 
-def _models(path: Path, columns: list[str]) -> list[str]:
+def _models(path: Path, columns: Sequence[str]) -> list[str]:
     models = [c for c in columns if f"{c}|model_response" in columns and f"{c}|total_cost" in columns]
     missing = [name for name in ("sample_id", "prompt") if name not in columns]
     if not models or missing:

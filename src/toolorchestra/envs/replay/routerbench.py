@@ -28,7 +28,7 @@ import csv
 import hashlib
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
 
@@ -109,7 +109,7 @@ def load_routerbench(data_dir: Path) -> ReplayData:
     return ReplayData(world=WORLD, models=models or [], tasks=tasks, records=records, dropped=dropped)
 
 
-def _score_columns(path: Path, columns: list[str]) -> list[str]:
+def _score_columns(path: Path, columns: Sequence[str]) -> list[str]:
     models = [c for c in columns if f"{c}|model_response" in columns and f"{c}|total_cost" in columns]
     if not models or "prompt" not in columns or "sample_id" not in columns:
         raise UserError(f"{path}: expected columns sample_id, prompt, eval_name and per model "

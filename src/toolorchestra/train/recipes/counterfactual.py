@@ -28,6 +28,7 @@ import asyncio
 import json
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -64,7 +65,7 @@ class LabelOutcomes:
     tool: str
     labels: list[str]
     models: list[str]
-    correct: list[bool]
+    correct: Sequence[float]  # 0/1 recorded grades, or P(right) under escalation targets
     cost: list[float]
     latency: list[float]
     rewards: list[float]

@@ -9,7 +9,7 @@ train/grpo.py and the `actor` knobs (verl's names). It reads the trainer only th
 from __future__ import annotations
 
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from typing import TYPE_CHECKING, Any
 
 from toolorchestra.reward import batch_advantages, group_rewards, reward_std, with_cost_floor
@@ -85,7 +85,7 @@ class GRPORecipe:
         # recompute them. With several updates they are recorded once before the first.
         on_policy = actor.ppo_epochs == 1 and len(minibatches) == 1
         old_logprobs, ref_logprobs, entropy_sum = self.reference_passes(ids, attention, mask, not on_policy)
-        totals: Counter[str] = Counter()
+        totals: dict[str, float] = defaultdict(float)
         trainer.policy.train()
         for _ in range(actor.ppo_epochs):
             for minibatch in minibatches:
