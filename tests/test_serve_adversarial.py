@@ -239,13 +239,14 @@ def test_a_50_mb_body_is_413_before_it_is_read(server: dict[str, Any]) -> None:
     assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
     assert b"connection: close" in answer.lower()
 
-    # Chunked, no Content-Length: counted as it arrives. Just past the limit, so that the server has read
-    # every byte sent when it answers and closes (unread bytes would turn its close into a reset).
+    # Chunked, no Content-Length: counted as it arrives. Exactly the limit, then one small chunk past it,
+    # so that the server has read every byte sent when it answers and closes (unread bytes would turn its
+    # close into a reset that loses the answer).
     chunk = b" " * 65536
     framed = b"%x\r\n" % len(chunk) + chunk + b"\r\n"
     head = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
             b"Transfer-Encoding: chunked\r\n\r\n")
-    answer = raw_exchange(port, head, framed * (4 * 1024 * 1024 // len(chunk) + 1))
+    answer = raw_exchange(port, head, framed * (4 * 1024 * 1024 // len(chunk)) + b"a\r\n" + b" " * 10 + b"\r\n")
     assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
     assert_still_healthy(server)
 

@@ -125,23 +125,35 @@ class ClientGone(Exception):
 async def _unless_gone(request: Request, work: Coroutine[Any, Any, T], timeout_s: float) -> T:
     """`work`'s result, cancelling it when the client disconnects (ClientGone) or after `timeout_s`
     (ApiError 504). Cancelling reaches the backend: the local backend drops the request from its batch,
-    an orchestrator episode stops at its current call."""
-    task = asyncio.ensure_future(work)
+    an orchestrator episode stops at its current call.
+
+    `work` runs in this task (no task of its own, which would cost CPU on every request); a watcher task
+    cancels this one when the disconnect arrives."""
+    this = asyncio.current_task()
+    assert this is not None
+    gone = False
+
+    def cancel_on_disconnect(watcher: asyncio.Task[None]) -> None:
+        nonlocal gone
+        if not watcher.cancelled() and watcher.exception() is None:
+            gone = True
+            this.cancel()
+
     watcher = asyncio.ensure_future(_disconnected(request))
+    watcher.add_done_callback(cancel_on_disconnect)
     try:
-        done, _ = await asyncio.wait({task, watcher}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        async with asyncio.timeout(timeout_s):
+            return await work
+    except asyncio.CancelledError:
+        if gone and this.uncancel() == 0:  # our own cancellation, not the server shutting down
+            raise ClientGone() from None
+        raise
+    except TimeoutError:
+        raise ApiError(504, f"the request took longer than {timeout_s:g} s (--request-timeout) and was cancelled",
+                       type="server_error", code="timeout") from None
     finally:
+        watcher.remove_done_callback(cancel_on_disconnect)
         watcher.cancel()
-        if not task.done():
-            task.cancel()
-            # Wait for the cancellation to land, so the request's memory and slot are free when this returns.
-            await asyncio.gather(task, return_exceptions=True)
-    if task in done:
-        return task.result()
-    if watcher in done:
-        raise ClientGone()
-    raise ApiError(504, f"the request took longer than {timeout_s:g} s (--request-timeout) and was cancelled",
-                   type="server_error", code="timeout")
 
 
 async def _disconnected(request: Request) -> None:
