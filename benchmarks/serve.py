@@ -130,7 +130,8 @@ async def one_raw_request(reader: asyncio.StreamReader, writer: asyncio.StreamWr
     started = time.perf_counter()
     writer.write(request)
     head = await reader.readuntil(b"\r\n\r\n")
-    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:"))
+    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                  if line.lower().startswith(b"content-length:"))
     body = await reader.readexactly(length)
     latency = time.perf_counter() - started
     return json.loads(body)["choices"][0]["message"]["content"], latency
@@ -200,7 +201,8 @@ def main() -> None:
     finally:
         process.terminate()
         process.wait(timeout=10)
-    baseline = statistics.median(asyncio.run(direct_wall(args.requests, args.max_concurrency)) for _ in range(args.rounds))
+    baseline = statistics.median(asyncio.run(direct_wall(args.requests, args.max_concurrency))
+                                 for _ in range(args.rounds))
 
     warm_raw = raw_bursts[1:]
     raw = statistics.median(burst.wall_s for burst in warm_raw)

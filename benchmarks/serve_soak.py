@@ -91,7 +91,7 @@ async def normal(port: int, tally: Tally, streamed: bool) -> None:
     started = time.perf_counter()
     try:
         answer = await exchange(port, request_bytes(STREAMED if streamed else NORMAL))
-    except (OSError, asyncio.TimeoutError) as exc:
+    except (OSError, TimeoutError) as exc:
         tally.fail("normal", repr(exc), valid=True)
         return
     ok = status_of(answer) == 200 and (b"data: [DONE]" in answer if streamed else b'"content":"ok"' in answer)
@@ -112,7 +112,7 @@ async def cut_stream(port: int, tally: Tally) -> None:
             first = await asyncio.wait_for(reader.read(64), 30)
             if status_of(first) != 200:
                 tally.fail("cut", first[:120].decode(errors="replace"), valid=False)
-    except (OSError, asyncio.TimeoutError) as exc:
+    except (OSError, TimeoutError) as exc:
         tally.fail("cut", repr(exc), valid=False)
     finally:
         writer.close()
@@ -121,7 +121,7 @@ async def cut_stream(port: int, tally: Tally) -> None:
 async def expect(port: int, tally: Tally, kind: str, data: bytes, status: int) -> None:
     try:
         answer = await exchange(port, data)
-    except (OSError, asyncio.TimeoutError) as exc:
+    except (OSError, TimeoutError) as exc:
         tally.fail(kind, repr(exc), valid=False)
         return
     if status_of(answer) != status:

@@ -5,7 +5,8 @@ Kept apart from `guided` (which imports xgrammar) so that unguided generation wo
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import transformers

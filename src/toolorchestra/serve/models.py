@@ -57,9 +57,11 @@ class BoundedBackend(Backend):
     """A backend whose calls each hold a slot of a shared semaphore, and whose prompts and `max_tokens`
     are held to the model's context when the backend can count tokens (the local backend)."""
 
-    def __init__(self, inner: Backend, slots: asyncio.Semaphore, limits: ServeLimits | None = None) -> None:
+    def __init__(self, inner: Backend, slots: asyncio.Semaphore, limits: ServeLimits | None = None,
+                 model: str | None = None) -> None:
         self.inner = inner
         self.name = inner.name
+        self.model = model or inner.name  # the pool's name for it, as clients know it
         self._slots = slots
         self.limits = limits or ServeLimits()
 
@@ -101,7 +103,7 @@ class BoundedBackend(Backend):
         prompt = await asyncio.to_thread(self.inner.prompt_tokens, messages, tools)  # type: ignore[attr-defined]
         if prompt > prompt_limit:
             message = (f"the prompt is {prompt} tokens; this server accepts at most {prompt_limit} for model "
-                       f"{self.name!r} (context {context} tokens, --max-prompt-tokens {self.limits.max_prompt_tokens})")
+                       f"{self.model!r} (context {context} tokens, --max-prompt-tokens {self.limits.max_prompt_tokens})")
             if strict:
                 raise ApiError(400, message, param="messages", code="context_length_exceeded")
             raise ContextOverflow(message)
@@ -126,7 +128,7 @@ class BoundedPool(ModelPool):
 
     def backend(self, name: str) -> BoundedBackend:
         if name not in self._backends:
-            self._backends[name] = BoundedBackend(self._inner.backend(name), self._slots, self.limits)
+            self._backends[name] = BoundedBackend(self._inner.backend(name), self._slots, self.limits, name)
         backend = self._backends[name]
         assert isinstance(backend, BoundedBackend)
         return backend
@@ -256,7 +258,9 @@ class ServedModels:
         if orchestrator is not None:
             # The task alone must fit the orchestrator's prompt limit; what the episode adds is clamped.
             task = [{"role": "user", "content": request.last_user_text()}]
-            await self._backend(orchestrator.model_name, request.model).fit(task, None, {}, strict=True)
+            backend = self._backend(orchestrator.model_name, request.model)
+            self._heavy = self._heavy or backend.counts_tokens
+            await backend.fit(task, None, {}, strict=True)
             return await orchestrator.answer(self.pool, request, self.episodes.add)
         return await self._pass_through(request)
 
@@ -271,7 +275,8 @@ class ServedModels:
         backend = self._backend(request.model, request.model)
         if backend.counts_tokens:
             self._heavy = True
-        sampling = await backend.fit(messages, tools, sampling, strict=True, max_tokens_param=request.max_tokens_field())
+        sampling = await backend.fit(messages, tools, sampling, strict=True,
+                                     max_tokens_param=request.max_tokens_field())
         try:
             completion = await backend.complete_fitted(messages, tools, **sampling)
         except SchemaError as exc:  # a tool definition the serve-side check let through
