@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +27,7 @@ import torch
 import transformers
 import xgrammar as xgr
 
+from toolorchestra.backends.schema_check import SchemaError, check_tools  # noqa: F401  (raised by get)
 from toolorchestra.backends.stopping import RowTokenLimits  # noqa: F401  (its old home)
 from toolorchestra.backends.toolcalls import CALL_CLOSE, CALL_OPEN
 
@@ -275,24 +278,52 @@ def tool_call_format(tools: list[dict[str, Any]], budget: CallBudget) -> dict[st
     return {"type": "structural_tag", "format": {"type": "sequence", "elements": [reasoning, call]}}
 
 
+GRAMMARS_KEPT = 64
+"""Compiled grammars kept per tokenizer; a server that sees ever new tool sets must not grow without end."""
+
+
+class GrammarError(ValueError):
+    """Tool definitions that passed `check_tools` but that xgrammar still could not compile. The message
+    is ours: xgrammar's own names its C++ source files."""
+
+
 class ToolCallGrammars:
-    """Compiled tool-call grammars of one tokenizer, cached per (tool set, budget)."""
+    """Compiled tool-call grammars of one tokenizer, the GRAMMARS_KEPT most recent cached per (tool set, budget)."""
 
     def __init__(self, tokenizer: Any, vocab_size: int) -> None:
         info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size)
-        self._compiler = xgr.GrammarCompiler(info)
-        self._cache: dict[str, xgr.CompiledGrammar] = {}
+        self._compiler = xgr.GrammarCompiler(info, cache_enabled=False)  # the cache below is the bounded one
+        self._cache: OrderedDict[str, xgr.CompiledGrammar] = OrderedDict()
         self._lock = threading.Lock()
         self.closing_ids = closing_token_ids(tokenizer, vocab_size)
 
     def get(self, tools: list[dict[str, Any]], max_tokens: int, reasoning_tokens: int) -> xgr.CompiledGrammar:
+        """The grammar for `tools`; SchemaError for an unusable definition, GrammarError when xgrammar fails."""
+        check_tools(tools)  # before xgrammar sees them: one clear message instead of a C++ error
         budget = CallBudget.plan(max_tokens, reasoning_tokens, skeleton_chars(tools))
         key = json.dumps([[_function(tool) for tool in tools], budget.reasoning_tokens, budget.string_chars],
                          sort_keys=True)
         with self._lock:
-            if key not in self._cache:
-                self._cache[key] = self._compiler.compile_structural_tag(tool_call_format(tools, budget))
-            return self._cache[key]
+            if key in self._cache:
+                self._cache.move_to_end(key)
+                return self._cache[key]
+            try:
+                compiled = self._compiler.compile_structural_tag(tool_call_format(tools, budget))
+            except (RuntimeError, ValueError, TypeError) as exc:
+                raise GrammarError(f"the tool definitions could not be turned into a call grammar: "
+                                   f"{_without_paths(str(exc))}") from None
+            self._cache[key] = compiled
+            while len(self._cache) > GRAMMARS_KEPT:
+                self._cache.popitem(last=False)
+            return compiled
+
+
+def _without_paths(message: str) -> str:
+    """xgrammar's message without the source locations it starts with (`[12:00:00] /path/file.cc:42: `)."""
+    line = next((line for line in message.splitlines() if line.strip()), "")
+    line = re.sub(r"^\[[^\]]*\]\s*", "", line)
+    line = re.sub(r"(?:/[\w.+-]+)+(?::\d+)*:?\s*", "", line)
+    return line[:300] or "no reason given"
 
 
 CLOSE_RESERVE_TOKENS = 24

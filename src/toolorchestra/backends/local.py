@@ -326,6 +326,10 @@ class _Request:
     started: float = field(default_factory=time.perf_counter)
     future: asyncio.Future[Completion] | None = None
 
+    def cancelled(self) -> bool:
+        """Whether the caller gave up; read from the generating thread (a plain attribute read)."""
+        return self.future is not None and self.future.cancelled()
+
 
 @dataclass
 class _Prepared:
@@ -435,6 +439,18 @@ class LocalBackend(Backend):
             if self._loaded is None:
                 self._loaded = _loaded_model(self.spec)
             return self._loaded
+
+    @property
+    def context_length(self) -> int:
+        """Tokens of prompt plus completion the model can attend to."""
+        return int(getattr(self.loaded.model.config, "max_position_embeddings", 0) or 2048)
+
+    def prompt_tokens(self, messages: list[Message], tools: list[dict[str, Any]] | None = None) -> int:
+        """Length of the prompt `complete` would generate from (for limits checked before queueing)."""
+        loaded = self.loaded
+        text = loaded.tokenizer.apply_chat_template(to_plain_messages(messages, tools), tokenize=False,
+                                                    add_generation_prompt=True)
+        return len(loaded.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     # -- async API --------------------------------------------------------------------------
 
@@ -588,7 +604,7 @@ def _generate(loaded: _LoadedModel, prepared: list[_Prepared], reasoning_tokens:
     import torch
     from transformers import LogitsProcessorList, StoppingCriteriaList
 
-    from toolorchestra.backends.stopping import RowTokenLimits
+    from toolorchestra.backends.stopping import RowsCancelled, RowTokenLimits
 
     tokenizer, model = loaded.tokenizer, loaded.model
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -626,7 +642,8 @@ def _generate(loaded: _LoadedModel, prepared: list[_Prepared], reasoning_tokens:
             attention_mask=attention_mask.to(loaded.device),
             max_new_tokens=max(limits),
             logits_processor=processors,
-            stopping_criteria=StoppingCriteriaList([RowTokenLimits(limits, width)]),
+            stopping_criteria=StoppingCriteriaList([RowTokenLimits(limits, width),
+                                                    RowsCancelled([item.request.cancelled for item in prepared])]),
             pad_token_id=pad_id,
             eos_token_id=sorted(loaded.eos_ids()),
             **sampling_args,

@@ -5,6 +5,7 @@ Kept apart from `guided` (which imports xgrammar) so that unguided generation wo
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -21,3 +22,14 @@ class RowTokenLimits(transformers.StoppingCriteria):
     def __call__(self, input_ids: torch.LongTensor, scores: Any, **kwargs: Any) -> torch.BoolTensor:
         generated = input_ids.shape[1] - self.prompt_width
         return (generated >= self.limits).to(input_ids.device)
+
+
+class RowsCancelled(transformers.StoppingCriteria):
+    """Stops the rows whose caller gave up (e.g. an HTTP client that hung up), so a cancelled request
+    stops costing compute at the next token; the batch ends once every row is done."""
+
+    def __init__(self, cancelled: list[Callable[[], bool]]) -> None:
+        self.cancelled = cancelled
+
+    def __call__(self, input_ids: torch.LongTensor, scores: Any, **kwargs: Any) -> torch.BoolTensor:
+        return torch.tensor([check() for check in self.cancelled], device=input_ids.device)

@@ -26,10 +26,18 @@ def serve(
     max_turns: int = typer.Option(6, "--max-turns", min=1, help="Orchestrator turns per episode."),
     max_budget: Optional[float] = typer.Option(None, "--max-budget", min=0.0, help="Stop an episode once this many dollars are spent."),
     corpus: Optional[Path] = typer.Option(None, "--corpus", help="JSON/JSONL {title, text} corpus for the search tool of the default pool."),
+    max_body_bytes: int = typer.Option(4 * 1024 * 1024, "--max-body-bytes", min=1, help="Largest request body; a larger one is answered 413 before it is read."),
+    max_json_depth: int = typer.Option(64, "--max-json-depth", min=1, help="Deepest JSON nesting of a request body."),
+    max_prompt_tokens: int = typer.Option(4096, "--max-prompt-tokens", min=1, help="Longest prompt of a local model (its context, if shorter); max_tokens must fit in the context left."),
+    max_tool_schema_bytes: int = typer.Option(64 * 1024, "--max-tool-schema-bytes", min=1, help="JSON size of a request's tool definitions together."),
+    max_enum_values: int = typer.Option(512, "--max-enum-values", min=1, help="Values of one enum in a tool schema."),
+    request_timeout: float = typer.Option(300.0, "--request-timeout", min=0.001, help="Seconds a request may take, queueing included; then it is cancelled (504)."),
+    max_queued: int = typer.Option(256, "--max-queued", min=0, help="Requests waiting beyond --max-concurrency; more are answered 429 with Retry-After."),
 ) -> None:
     """Serve every pool model (passed through) and the orchestrator (`orchestrator:NAME`, one episode per
     request) at /v1/chat/completions and /v1/models."""
     from toolorchestra.catalog import default_catalog, load_catalog
+    from toolorchestra.serve.limits import ServeLimits
     from toolorchestra.serve.models import ServedModels
     from toolorchestra.serve.trajectories import TrajectoryLog
 
@@ -39,8 +47,11 @@ def serve(
         raise UserError(f"--trajectories {trajectories}: folder {trajectories.parent} does not exist")
     build_app, listen_socket, serve_forever = _web_modules()
     catalog = load_catalog(config) if config else default_catalog(corpus)
+    limits = ServeLimits(max_body_bytes=max_body_bytes, max_json_depth=max_json_depth,
+                         max_prompt_tokens=max_prompt_tokens, max_tool_schema_bytes=max_tool_schema_bytes,
+                         max_enum_values=max_enum_values, request_timeout_s=request_timeout, max_queued=max_queued)
     served = ServedModels.from_catalog(catalog, max_concurrency=max_concurrency, episodes=TrajectoryLog(trajectories),
-                                       prefer=prefer, max_turns=max_turns, max_budget_usd=max_budget)
+                                       prefer=prefer, max_turns=max_turns, max_budget_usd=max_budget, limits=limits)
     sock = listen_socket(host, port)
     bound_port = sock.getsockname()[1]
     typer.echo(f"serving {len(served.pool.names())} models and {', '.join(served.orchestrators)} "

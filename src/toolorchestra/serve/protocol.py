@@ -7,16 +7,19 @@ imports FastAPI, so the format can be tested and reused without a web framework.
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from dataclasses import dataclass
 from typing import Any, Iterator, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from toolorchestra.agent.trajectory import Trajectory
 from toolorchestra.backends.base import Completion, Message, Usage
+from toolorchestra.backends.schema_check import SchemaError, check_tools
+from toolorchestra.serve.limits import BodyError, ServeLimits, load_json
+
+MIN_TEMPERATURE = 1e-6
 
 
 class ApiError(Exception):
@@ -102,10 +105,23 @@ class ChatRequest(_Wire):
     max_completion_tokens: int | None = Field(None, ge=1)
     temperature: float | None = Field(None, ge=0.0, le=2.0)
     top_p: float | None = Field(None, gt=0.0, le=1.0)
-    seed: int | None = None
+    # The range torch.manual_seed accepts.
+    seed: int | None = Field(None, ge=-(2**63), le=2**64 - 1)
     stream: bool = False
     stream_options: StreamOptions | None = None
     n: int | None = Field(None, ge=1, le=1, description="only one choice is generated")
+
+    @field_validator("temperature")
+    @classmethod
+    def _temperature_not_vanishing(cls, value: float | None) -> float | None:
+        # Sampling divides the logits by the temperature: below this they overflow to infinity.
+        if value is not None and 0.0 < value < MIN_TEMPERATURE:
+            raise ValueError(f"must be 0 (greedy decoding) or at least {MIN_TEMPERATURE:g}; got {value:g}")
+        return value
+
+    def max_tokens_field(self) -> str:
+        """The name under which the client set its completion limit (for error messages)."""
+        return "max_completion_tokens" if self.max_completion_tokens is not None else "max_tokens"
 
     def sampling(self) -> dict[str, Any]:
         """Keyword arguments for `Backend.complete`: only what the client set, so that an omitted field
@@ -174,20 +190,36 @@ def _backend_message(index: int, message: ChatMessage) -> Message:
     return converted
 
 
-def parse_chat_request(raw_body: bytes) -> ChatRequest:
+def parse_chat_request(raw_body: bytes, limits: ServeLimits | None = None) -> ChatRequest:
     """The validated request, or ApiError 400 naming the first offending field."""
+    limits = limits or ServeLimits()
     try:
-        data = json.loads(raw_body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ApiError(400, f"request body is not valid JSON: {exc}") from None
+        data = load_json(raw_body, limits.max_json_depth)
+    except BodyError as exc:
+        raise ApiError(400, str(exc)) from None
     if not isinstance(data, dict):
         raise ApiError(400, f"request body must be a JSON object; got {type(data).__name__}")
     try:
-        return ChatRequest.model_validate(data)
+        request = ChatRequest.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"]) or None
         raise ApiError(400, f"{where or 'body'}: {first['msg']}", param=where) from None
+    _check_tools(data.get("tools"), limits)
+    return request
+
+
+def _check_tools(tools: list[Any] | None, limits: ServeLimits) -> None:
+    """Tool definitions are checked as sent (not as pydantic re-serialises them), before any backend
+    builds a grammar or a prompt from them."""
+    if not tools:
+        return
+    if len(tools) > limits.max_tools:
+        raise ApiError(400, f"tools: {len(tools)} tools; at most {limits.max_tools} are accepted", param="tools")
+    try:
+        check_tools(tools, max_bytes=limits.max_tool_schema_bytes, max_enum_values=limits.max_enum_values)
+    except SchemaError as exc:
+        raise ApiError(400, str(exc), param=exc.where) from None
 
 
 # --- the answer and its rendering --------------------------------------------------------------------
