@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo test lint bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -22,12 +22,18 @@ setup: $(STAMP)
 demo: setup
 	PY=$(BIN)/python bash scripts/demo.sh
 
-test: setup
+test: setup lint
 	bash scripts/ensure_chromium.sh
 	$(BIN)/python -m pytest -q -ra
+
+# Static checks on src/ (part of `make test`): ruff lint and format, and mypy; each must report nothing.
+lint: setup
+	$(BIN)/ruff check src
+	$(BIN)/ruff format --check src
+	$(BIN)/python -m mypy src/toolorchestra
 
 bench: setup
 	$(BIN)/python benchmarks/overhead.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache .ruff_cache

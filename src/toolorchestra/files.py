@@ -29,8 +29,10 @@ class LineTooLong(UserError):
 
     def __init__(self, path: Path | str, number: int, limit: int) -> None:
         self.path, self.line, self.limit = str(path), number, limit
-        super().__init__(f"{path}:{number}: line longer than {limit:,} bytes, refused without reading it (expected "
-                         f"one JSON object per line; set {MAX_LINE_BYTES_ENV} to raise the limit)")
+        super().__init__(
+            f"{path}:{number}: line longer than {limit:,} bytes, refused without reading it (expected "
+            f"one JSON object per line; set {MAX_LINE_BYTES_ENV} to raise the limit)"
+        )
 
 
 def max_line_bytes() -> int:
@@ -76,8 +78,9 @@ def read_text_file(path: Path | str, what: str = "a UTF-8 text file", limit: int
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
-        raise UserError(f"{path}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
-                        f"expected {what}") from None
+        raise UserError(
+            f"{path}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); expected {what}"
+        ) from None
 
 
 def format_validation_error(path: Path | str, error: ValidationError) -> str:

@@ -38,8 +38,14 @@ def serving(task: Task) -> Iterator[None]:
         current_task.reset(token)
 
 
-async def run_calls(tools: Mapping[str, Tool], calls: Sequence[ToolCall], task: Task,
-                    messages: Sequence[Message] = (), *, wall_clock: bool = True) -> list[ToolResult]:
+async def run_calls(
+    tools: Mapping[str, Tool],
+    calls: Sequence[ToolCall],
+    task: Task,
+    messages: Sequence[Message] = (),
+    *,
+    wall_clock: bool = True,
+) -> list[ToolResult]:
     """Run `calls` concurrently. Never raises for a tool's failure: an unknown tool or a tool that raises
     becomes a `ToolResult` with the error as the orchestrator will read it. `wall_clock`: a tool without a
     model that reports no latency is charged its wall time (live runs); training leaves it 0 s so that
@@ -68,9 +74,17 @@ async def _run_one(tools: Mapping[str, Tool], call: ToolCall, context: ToolConte
 def tool_step(turn: int, call: ToolCall, result: ToolResult) -> Step:
     # model_construct: every field comes from already-validated models, so skip re-validation (hot path).
     return Step.model_construct(
-        turn=turn, kind="tool", name=call.name, model=result.model, label=result.label, arguments=call.arguments,
-        output=result.observation(), prompt_tokens=result.prompt_tokens,
-        completion_tokens=result.completion_tokens, cost_usd=result.cost_usd, latency_s=result.latency_s,
+        turn=turn,
+        kind="tool",
+        name=call.name,
+        model=result.model,
+        label=result.label,
+        arguments=call.arguments,
+        output=result.observation(),
+        prompt_tokens=result.prompt_tokens,
+        completion_tokens=result.completion_tokens,
+        cost_usd=result.cost_usd,
+        latency_s=result.latency_s,
         error=result.error,
     )
 
@@ -94,9 +108,18 @@ class TurnRecord:
     results: list[ToolResult] = field(default_factory=list)
 
 
-async def take_turn(trajectory: Trajectory, tools: Mapping[str, Tool], task: Task, orchestrator: Step,
-                    calls: Sequence[ToolCall], call_errors: Sequence[str], *, prose: str | None = None,
-                    on_step: StepCallback | None = None, wall_clock: bool = True) -> TurnRecord:
+async def take_turn(
+    trajectory: Trajectory,
+    tools: Mapping[str, Tool],
+    task: Task,
+    orchestrator: Step,
+    calls: Sequence[ToolCall],
+    call_errors: Sequence[str],
+    *,
+    prose: str | None = None,
+    on_step: StepCallback | None = None,
+    wall_clock: bool = True,
+) -> TurnRecord:
     """Record one orchestrator turn in `trajectory` and run its calls.
 
     `orchestrator` is the turn's own Step (its tokens, cost and latency as the caller measured them); the
@@ -149,9 +172,14 @@ async def try_each(env: Env, task: Task, tools: Mapping[str, Tool], calls: Seque
     attempts = []
     for call in calls:
         (result,) = await run_calls(tools, [call], task, wall_clock=False)
-        trajectory = Trajectory(task_id=task.id, question=task.prompt, final_answer=result.answer,
-                                answered_by=result.model, latency_s=result.latency_s,
-                                steps=[tool_step(0, call, result)])
+        trajectory = Trajectory(
+            task_id=task.id,
+            question=task.prompt,
+            final_answer=result.answer,
+            answered_by=result.model,
+            latency_s=result.latency_s,
+            steps=[tool_step(0, call, result)],
+        )
         with serving(task):
             trajectory.correct = bool(env.score(task, trajectory).correct) if result.final else False
         attempts.append(Attempt(call, result, trajectory))

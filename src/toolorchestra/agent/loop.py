@@ -49,16 +49,22 @@ class Orchestrator:
 
     def initial_messages(self, task: Task) -> list[dict[str, Any]]:
         # Envs whose tasks come with rules (a ToolScale domain policy) extend the system prompt with them.
-        return initial_messages(list(self.tools.values()), task.prompt, self.preference, wording_for(task.id),
-                                task_rules(task))
+        return initial_messages(
+            list(self.tools.values()), task.prompt, self.preference, wording_for(task.id), task_rules(task)
+        )
 
     async def run(self, task: Task) -> Trajectory:
         with serving(task):
             return await self._run(task)
 
     async def _run(self, task: Task) -> Trajectory:
-        trajectory = Trajectory(task_id=task.id, split=task.split, question=task.prompt,
-                                preference=self.preference.weights(), messages=self.initial_messages(task))
+        trajectory = Trajectory(
+            task_id=task.id,
+            split=task.split,
+            question=task.prompt,
+            preference=self.preference.weights(),
+            messages=self.initial_messages(task),
+        )
         schemas = [tool.schema() for tool in self.tools.values()]
         for turn in range(self.max_turns):
             try:
@@ -66,12 +72,22 @@ class Orchestrator:
                     trajectory.messages, schemas, max_tokens=self.max_tokens, temperature=self.temperature
                 )
             except Exception as exc:  # the episode ends with the error recorded, the batch goes on
-                self._record(trajectory, Step(turn=turn, kind="orchestrator", name=self.model_name,
-                                              error=f"orchestrator failed: {exc}"))
+                self._record(
+                    trajectory,
+                    Step(turn=turn, kind="orchestrator", name=self.model_name, error=f"orchestrator failed: {exc}"),
+                )
                 trajectory.stop_reason = "error"
                 return trajectory
-            await take_turn(trajectory, self.tools, task, self._turn_step(turn, completion), completion.tool_calls,
-                            completion.call_errors, prose=completion.text, on_step=self.on_step)
+            await take_turn(
+                trajectory,
+                self.tools,
+                task,
+                self._turn_step(turn, completion),
+                completion.tool_calls,
+                completion.call_errors,
+                prose=completion.text,
+                on_step=self.on_step,
+            )
             if trajectory.stop_reason == "answer":
                 return trajectory
             if self.max_budget_usd is not None and trajectory.cost_usd >= self.max_budget_usd:
@@ -83,9 +99,15 @@ class Orchestrator:
     def _turn_step(self, turn: int, completion: Completion) -> Step:
         usage = completion.usage
         return Step.model_construct(
-            turn=turn, kind="orchestrator", name=self.model_name, model=self.model_name, output=completion.text,
-            prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens,
-            cost_usd=self.price.cost(usage.prompt_tokens, usage.completion_tokens), latency_s=completion.latency_s,
+            turn=turn,
+            kind="orchestrator",
+            name=self.model_name,
+            model=self.model_name,
+            output=completion.text,
+            prompt_tokens=usage.prompt_tokens,
+            completion_tokens=usage.completion_tokens,
+            cost_usd=self.price.cost(usage.prompt_tokens, usage.completion_tokens),
+            latency_s=completion.latency_s,
             error="; ".join(completion.call_errors) or None,
         )
 

@@ -76,16 +76,19 @@ def wording_for(task_id: str) -> int:
     return int(hashlib.sha1(task_id.encode()).hexdigest()[:8], 16) % WORDINGS
 
 
-def initial_messages(tools: list[Tool], question: str, preference: Preference,
-                     wording: int = 0, rules: str | None = None) -> list[dict[str, Any]]:
+def initial_messages(
+    tools: list[Tool], question: str, preference: Preference, wording: int = 0, rules: str | None = None
+) -> list[dict[str, Any]]:
     """The first two messages of every episode (live loop, rollouts, SFT and label scoring alike).
     `rules` (an env's task rules, e.g. a ToolScale domain policy) extend the system message: they are the
     same for every task of a domain, so they stay inside the shared, cacheable prefix."""
     system = system_prompt(tools)
     if rules:
         system = f"{system}\n\n{rules}"
-    return [{"role": "system", "content": system},
-            {"role": "user", "content": user_message(question, preference, wording)}]
+    return [
+        {"role": "system", "content": system},
+        {"role": "user", "content": user_message(question, preference, wording)},
+    ]
 
 
 def task_rules(task: Any) -> str | None:

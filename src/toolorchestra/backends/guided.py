@@ -21,7 +21,7 @@ import re
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 import transformers
@@ -52,7 +52,7 @@ string_char ::= [^"\\\x00-\x1f] | "\\" ["\\/bfnrt]
 integer ::= "-"? ("0" | [1-9] [0-9]{0,%d})
 number ::= integer ("." [0-9]{1,%d})?
 boolean ::= "true" | "false"
-""" % (MAX_DIGITS - 1, MAX_DIGITS)
+""" % (MAX_DIGITS - 1, MAX_DIGITS)  # noqa: UP031 (the grammar's own braces would need doubling in an f-string)
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ class CallBudget:
     string_chars: int
 
     @classmethod
-    def plan(cls, max_tokens: int, reasoning_tokens: int, skeleton_chars: int) -> "CallBudget":
+    def plan(cls, max_tokens: int, reasoning_tokens: int, skeleton_chars: int) -> CallBudget:
         spare = max_tokens - skeleton_chars
         reasoning = max(0, min(reasoning_tokens, spare // 4))
         return cls(reasoning, max(MIN_STRING_CHARS, min(MAX_STRING_CHARS, spare - reasoning)))
@@ -178,7 +178,7 @@ def _arguments_rules(prefix: str, parameters: dict[str, Any], string_chars: int)
     string_cap = max(MIN_STRING_CHARS, string_chars // max(1, free))
     rules = [f'{prefix} ::= "{{" ws {prefix}_first_0 ws "}}"']
     for index, (key, schema) in enumerate(properties):
-        pair = f"{_json_literal(key)} ws \":\" ws {_value_rule(schema, string_cap)}"
+        pair = f'{_json_literal(key)} ws ":" ws {_value_rule(schema, string_cap)}'
         first_alternatives = [f"{pair} {prefix}_rest_{index + 1}"]
         rest_alternatives = [f'ws "," ws {pair} {prefix}_rest_{index + 1}']
         if key not in required:
@@ -219,12 +219,14 @@ def call_schema(tools: list[dict[str, Any]]) -> dict[str, Any]:
         arguments = inline_local_refs(_parameters(tool))
         if arguments.get("type", "object") == "object":
             arguments.setdefault("additionalProperties", False)
-        alternatives.append({
-            "type": "object",
-            "properties": {"name": {"const": _function(tool)["name"]}, "arguments": arguments},
-            "required": ["name", "arguments"],
-            "additionalProperties": False,
-        })
+        alternatives.append(
+            {
+                "type": "object",
+                "properties": {"name": {"const": _function(tool)["name"]}, "arguments": arguments},
+                "required": ["name", "arguments"],
+                "additionalProperties": False,
+            }
+        )
     return alternatives[0] if len(alternatives) == 1 else {"anyOf": alternatives}
 
 
@@ -260,7 +262,7 @@ def inline_local_refs(parameters: dict[str, Any]) -> dict[str, Any]:
 def _local_definition(reference: str) -> str | None:
     for prefix in ("#/$defs/", "#/definitions/"):
         if reference.startswith(prefix):
-            return reference[len(prefix):]
+            return reference[len(prefix) :]
     return None
 
 
@@ -268,7 +270,8 @@ def tool_call_format(tools: list[dict[str, Any]], budget: CallBudget) -> dict[st
     """The xgrammar structural tag: bounded free text, then one tagged call."""
     grammar = call_grammar(tools, budget.string_chars)
     content: dict[str, Any] = (
-        {"type": "grammar", "grammar": grammar} if grammar is not None
+        {"type": "grammar", "grammar": grammar}
+        if grammar is not None
         else {"type": "json_schema", "json_schema": call_schema(tools), "max_whitespace_cnt": MAX_WHITESPACE}
     )
     call = {"type": "tag", "begin": f"{CALL_OPEN}\n", "content": content, "end": f"\n{CALL_CLOSE}"}
@@ -301,8 +304,9 @@ class ToolCallGrammars:
         """The grammar for `tools`; SchemaError for an unusable definition, GrammarError when xgrammar fails."""
         check_tools(tools)  # before xgrammar sees them: one clear message instead of a C++ error
         budget = CallBudget.plan(max_tokens, reasoning_tokens, skeleton_chars(tools))
-        key = json.dumps([[_function(tool) for tool in tools], budget.reasoning_tokens, budget.string_chars],
-                         sort_keys=True)
+        key = json.dumps(
+            [[_function(tool) for tool in tools], budget.reasoning_tokens, budget.string_chars], sort_keys=True
+        )
         with self._lock:
             if key in self._cache:
                 self._cache.move_to_end(key)
@@ -310,8 +314,9 @@ class ToolCallGrammars:
             try:
                 compiled = self._compiler.compile_structural_tag(tool_call_format(tools, budget))
             except (RuntimeError, ValueError, TypeError) as exc:
-                raise GrammarError(f"the tool definitions could not be turned into a call grammar: "
-                                   f"{_without_paths(str(exc))}") from None
+                raise GrammarError(
+                    f"the tool definitions could not be turned into a call grammar: {_without_paths(str(exc))}"
+                ) from None
             self._cache[key] = compiled
             while len(self._cache) > GRAMMARS_KEPT:
                 self._cache.popitem(last=False)
@@ -356,9 +361,14 @@ class GuidedLogitsProcessor(transformers.LogitsProcessor):
     closes within budget instead of being cut off mid-string.
     """
 
-    def __init__(self, grammars: list[xgr.CompiledGrammar | None], vocab_size: int,
-                 limits: list[int] | None = None, prompt_width: int = 0,
-                 closing_ids: torch.Tensor | None = None) -> None:
+    def __init__(
+        self,
+        grammars: list[xgr.CompiledGrammar | None],
+        vocab_size: int,
+        limits: list[int] | None = None,
+        prompt_width: int = 0,
+        closing_ids: torch.Tensor | None = None,
+    ) -> None:
         self.matchers: list[xgr.GrammarMatcher | None] = [
             xgr.GrammarMatcher(grammar) if grammar is not None else None for grammar in grammars
         ]
@@ -382,7 +392,7 @@ class GuidedLogitsProcessor(transformers.LogitsProcessor):
         target = scores if in_place else scores.to("cpu")
         xgr.apply_token_bitmask_inplace(target, self.bitmask.to(target.device), indices=rows)
         self._close_near_limit(target, rows, input_ids.shape[1] - self.prompt_width)
-        return target if in_place else target.to(scores.device)
+        return cast(torch.FloatTensor, target if in_place else target.to(scores.device))
 
     def _close_near_limit(self, scores: torch.Tensor, rows: list[int], generated: int) -> None:
         if self.limits is None or self.closing_ids is None or len(self.closing_ids) == 0:

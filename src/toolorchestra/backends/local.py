@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from toolorchestra.backends.adapters import ShippedOrchestrator, shipped_orchestrators
-from toolorchestra.backends.base import Backend, Completion, Message, Usage
+from toolorchestra.backends.base import Backend, Completion, Message, ToolCall, Usage
 from toolorchestra.backends.toolcalls import parse_tool_calls, to_plain_messages
 from toolorchestra.catalog.schema import LocalBackendSpec
 from toolorchestra.errors import UserError
@@ -92,8 +92,9 @@ def resolve_model_dir(path: str = DEFAULT_MODEL, gguf_file: str | None = None) -
     if gguf_file is None:
         shipped = shipped_orchestrators().get(path)
         if shipped is not None:  # a trained orchestrator shipped as a LoRA adapter: merged once into the cache
-            return _built_dir(shipped.cache_name(), lambda staging: merge_adapter(shipped, staging),
-                              {"adapter": str(shipped.folder)})
+            return _built_dir(
+                shipped.cache_name(), lambda staging: merge_adapter(shipped, staging), {"adapter": str(shipped.folder)}
+            )
     local = Path(path).expanduser()
     if gguf_file is not None:
         gguf = local / gguf_file if local.is_dir() else _download_hub_file(path, gguf_file)
@@ -119,8 +120,10 @@ def merge_adapter(orchestrator: ShippedOrchestrator, out_dir: Path) -> None:
     try:
         from peft import PeftModel
     except ImportError:
-        raise UserError(f"the trained orchestrator {orchestrator.name!r} is a LoRA adapter and loading it needs "
-                        "peft: pip install 'toolorchestra[local]'") from None
+        raise UserError(
+            f"the trained orchestrator {orchestrator.name!r} is a LoRA adapter and loading it needs "
+            "peft: pip install 'toolorchestra[local]'"
+        ) from None
 
     model, tokenizer = load_hf_model(orchestrator.base)
     merged = PeftModel.from_pretrained(model, str(orchestrator.folder)).merge_and_unload()
@@ -261,8 +264,15 @@ def cpu_grouped_attention() -> str:
 
         is_causal = query.shape[2] > 1 and attention_mask is None and getattr(module, "is_causal", True)
         output = torch.nn.functional.scaled_dot_product_attention(
-            query, key, value, attn_mask=attention_mask, dropout_p=0.0, scale=kwargs.get("scaling"),
-            is_causal=is_causal, enable_gqa=True)
+            query,
+            key,
+            value,
+            attn_mask=attention_mask,
+            dropout_p=0.0,
+            scale=kwargs.get("scaling"),
+            is_causal=is_causal,
+            enable_gqa=True,
+        )
         return output.transpose(1, 2).contiguous(), None
 
     if CPU_ATTENTION not in AttentionInterface._global_mapping:
@@ -287,7 +297,7 @@ def load_hf_model(
     attention = {"attn_implementation": cpu_grouped_attention()} if str(device) == "cpu" else {}
     try:
         model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch_dtype, **attention)
-        model.to(device)
+        model.to(device)  # type: ignore[arg-type]  # transformers types .to through a decorator that expects a model
     except (RuntimeError, ValueError) as exc:
         raise UserError(f"model {path!r} on device {device!r} with dtype {dtype!r}: could not load: {exc}") from None
     model.eval()
@@ -311,7 +321,7 @@ class SamplingKey:
     seed: int | None
 
     @classmethod
-    def of(cls, temperature: float, top_p: float, seed: int | None) -> "SamplingKey":
+    def of(cls, temperature: float, top_p: float, seed: int | None) -> SamplingKey:
         if temperature <= 0.0:
             return cls(False, 0.0, 1.0, None)
         return cls(True, float(temperature), float(top_p), seed)
@@ -341,8 +351,7 @@ class _Prepared:
 class _LoadedModel:
     """Weights, tokenizer and grammar cache of one (path, dtype, device), shared by every backend."""
 
-    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, *,
-                 frozen: bool = True) -> None:
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, *, frozen: bool = True) -> None:
         from toolorchestra.backends.prefix_cache import PrefixCache
 
         self.model, self.tokenizer = model, tokenizer
@@ -398,7 +407,7 @@ class _LoopBatcher:
 class LocalBackend(Backend):
     """A transformers causal LM in this process, with micro-batched generation."""
 
-    _shared: dict[str, "LocalBackend"] = {}
+    _shared: dict[str, LocalBackend] = {}
     _shared_lock = threading.Lock()
 
     def __init__(self, spec: LocalBackendSpec | None = None, *, reasoning_tokens: int | None = None) -> None:
@@ -406,14 +415,12 @@ class LocalBackend(Backend):
         self.name = f"local:{self.spec.path}"
         # Free text allowed before a guided call; 0 forces the call at once.
         self.reasoning_tokens = DEFAULT_REASONING_TOKENS if reasoning_tokens is None else reasoning_tokens
-        self._batchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopBatcher] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._batchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopBatcher] = weakref.WeakKeyDictionary()
         self._loaded: _LoadedModel | None = None
         self._load_lock = threading.Lock()
 
     @classmethod
-    def shared(cls, spec: LocalBackendSpec) -> "LocalBackend":
+    def shared(cls, spec: LocalBackendSpec) -> LocalBackend:
         """One backend per distinct spec; backends on the same (path, dtype, device) share weights."""
         key = spec.model_dump_json()
         with cls._shared_lock:
@@ -422,8 +429,14 @@ class LocalBackend(Backend):
             return cls._shared[key]
 
     @classmethod
-    def from_model(cls, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
-                   spec: LocalBackendSpec | None = None, *, name: str | None = None) -> "LocalBackend":
+    def from_model(
+        cls,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        spec: LocalBackendSpec | None = None,
+        *,
+        name: str | None = None,
+    ) -> LocalBackend:
         """A backend over a model already in memory (e.g. the policy being trained); `spec` only
         sets batching and guidance, its path is not loaded."""
         backend = cls(spec)
@@ -448,8 +461,9 @@ class LocalBackend(Backend):
     def prompt_tokens(self, messages: list[Message], tools: list[dict[str, Any]] | None = None) -> int:
         """Length of the prompt `complete` would generate from (for limits checked before queueing)."""
         loaded = self.loaded
-        text = loaded.tokenizer.apply_chat_template(to_plain_messages(messages, tools), tokenize=False,
-                                                    add_generation_prompt=True)
+        text = loaded.tokenizer.apply_chat_template(
+            to_plain_messages(messages, tools), tokenize=False, add_generation_prompt=True
+        )
         return len(loaded.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     # -- async API --------------------------------------------------------------------------
@@ -495,7 +509,7 @@ class LocalBackend(Backend):
                     for request in live:
                         _settle(request, exception=exc)
                     continue
-                for request, completion in zip(live, completions):
+                for request, completion in zip(live, completions, strict=True):
                     _settle(request, completion=completion)
 
     def _chunks(self, requests: list[_Request]) -> list[list[_Request]]:
@@ -503,7 +517,7 @@ class LocalBackend(Backend):
         for request in requests:
             groups.setdefault(request.sampling, []).append(request)
         size = self.spec.max_batch_size
-        return [group[i:i + size] for group in groups.values() for i in range(0, len(group), size)]
+        return [group[i : i + size] for group in groups.values() for i in range(0, len(group), size)]
 
     # -- sync API ---------------------------------------------------------------------------
 
@@ -534,9 +548,10 @@ class LocalBackend(Backend):
         generated: dict[int, list[int]] = {}
         with loaded.lock:
             for group in _prefix_groups(prepared) if loaded.prefix_cache is not None else [list(range(len(prepared)))]:
-                rows = _generate(loaded, [prepared[index] for index in group], self.reasoning_tokens,
-                                 requests[0].sampling)
-                generated.update(zip(group, rows))
+                rows = _generate(
+                    loaded, [prepared[index] for index in group], self.reasoning_tokens, requests[0].sampling
+                )
+                generated.update(zip(group, rows, strict=True))
         return [self._completion(loaded, item, generated[index]) for index, item in enumerate(prepared)]
 
     def _prepare(self, loaded: _LoadedModel, request: _Request) -> _Prepared:
@@ -550,9 +565,9 @@ class LocalBackend(Backend):
         eos_ids = loaded.eos_ids()
         visible = [token for token in generated if token not in eos_ids]
         text = loaded.tokenizer.decode(visible, skip_special_tokens=True)
-        prose, calls, errors = (text.strip(), [], [])
+        prose, calls, errors = str(text).strip(), list[ToolCall](), list[str]()
         if item.request.tools:
-            prose, calls, errors = parse_tool_calls(text, id_prefix=f"call_{uuid.uuid4().hex[:8]}")
+            prose, calls, errors = parse_tool_calls(str(text), id_prefix=f"call_{uuid.uuid4().hex[:8]}")
         return Completion(
             text=prose,
             tool_calls=calls,
@@ -594,12 +609,13 @@ def _settle(request: _Request, *, completion: Completion | None = None, exceptio
         return
     if exception is not None:
         future.set_exception(exception)
-    else:
+    elif completion is not None:
         future.set_result(completion)
 
 
-def _generate(loaded: _LoadedModel, prepared: list[_Prepared], reasoning_tokens: int,
-              sampling: SamplingKey) -> list[list[int]]:
+def _generate(
+    loaded: _LoadedModel, prepared: list[_Prepared], reasoning_tokens: int, sampling: SamplingKey
+) -> list[list[int]]:
     """Left-padded batch generation; returns each row's generated ids, up to and including its EOS."""
     import torch
     from transformers import LogitsProcessorList, StoppingCriteriaList
@@ -617,40 +633,43 @@ def _generate(loaded: _LoadedModel, prepared: list[_Prepared], reasoning_tokens:
     else:
         width = max(len(item.prompt_ids) for item in prepared)
         input_ids = torch.tensor([[pad_id] * (width - len(p.prompt_ids)) + p.prompt_ids for p in prepared])
-        attention_mask = torch.tensor([[0] * (width - len(p.prompt_ids)) + [1] * len(p.prompt_ids)
-                                       for p in prepared])
+        attention_mask = torch.tensor([[0] * (width - len(p.prompt_ids)) + [1] * len(p.prompt_ids) for p in prepared])
     width = input_ids.shape[1]
     limits = [item.request.max_tokens for item in prepared]
     processors = LogitsProcessorList()
     grammars = [
-        loaded.grammars.get(item.request.tools or [], item.request.max_tokens, reasoning_tokens) if item.guided else None
+        loaded.grammars.get(item.request.tools or [], item.request.max_tokens, reasoning_tokens)
+        if item.guided
+        else None
         for item in prepared
     ]
     if any(grammar is not None for grammar in grammars):
         from toolorchestra.backends.guided import GuidedLogitsProcessor  # xgrammar: only for guided rows
 
-        processors.append(GuidedLogitsProcessor(grammars, model.config.vocab_size, limits, width,
-                                                loaded.grammars.closing_ids))
+        processors.append(
+            GuidedLogitsProcessor(grammars, model.config.vocab_size, limits, width, loaded.grammars.closing_ids)
+        )
     sampling_args: dict[str, Any] = {"do_sample": sampling.do_sample}
     if sampling.do_sample:
         sampling_args.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=0)
         if sampling.seed is not None:
             torch.manual_seed(sampling.seed)
     with torch.inference_mode():
-        output = model.generate(
+        output = model.generate(  # type: ignore[operator]  # transformers 5 types generate as a Tensor attribute
             input_ids=input_ids.to(loaded.device),
             attention_mask=attention_mask.to(loaded.device),
             max_new_tokens=max(limits),
             logits_processor=processors,
-            stopping_criteria=StoppingCriteriaList([RowTokenLimits(limits, width),
-                                                    RowsCancelled([item.request.cancelled for item in prepared])]),
+            stopping_criteria=StoppingCriteriaList(
+                [RowTokenLimits(limits, width), RowsCancelled([item.request.cancelled for item in prepared])]
+            ),
             pad_token_id=pad_id,
             eos_token_id=sorted(loaded.eos_ids()),
             **sampling_args,
             **extra,
         )
     eos_ids = loaded.eos_ids()
-    return [_until_eos(row[width:].tolist(), eos_ids, limit) for row, limit in zip(output, limits)]
+    return [_until_eos(row[width:].tolist(), eos_ids, limit) for row, limit in zip(output, limits, strict=True)]
 
 
 def _until_eos(ids: list[int], eos_ids: set[int], limit: int) -> list[int]:

@@ -100,9 +100,7 @@ class OpenAIBackend(Backend):
         self._redactor = secret_redactor(self._api_key) if self._api_key != PLACEHOLDER_API_KEY else _unchanged
         self.endpoint = spec.base_url.rstrip("/") + "/chat/completions"
         # One SDK client per event loop: its connection pool cannot outlive the loop it was made on.
-        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncOpenAI] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncOpenAI] = weakref.WeakKeyDictionary()
         self._tokenizer: Any | None = None
         self._tokenizer_tried = False
         self._tokenizer_lock = threading.Lock()
@@ -138,11 +136,21 @@ class OpenAIBackend(Backend):
 
     # --- the request and its retries ---
 
-    def _build_request(self, messages: list[Message], tools: list[dict[str, Any]] | None, max_tokens: int,
-                       temperature: float, top_p: float, seed: int | None) -> dict[str, Any]:
+    def _build_request(
+        self,
+        messages: list[Message],
+        tools: list[dict[str, Any]] | None,
+        max_tokens: int,
+        temperature: float,
+        top_p: float,
+        seed: int | None,
+    ) -> dict[str, Any]:
         """The keyword arguments of `chat.completions.create`, reused by every retry."""
         arguments: dict[str, Any] = {
-            "model": self.spec.model, "messages": messages, "temperature": temperature, "top_p": top_p,
+            "model": self.spec.model,
+            "messages": messages,
+            "temperature": temperature,
+            "top_p": top_p,
         }
         # OpenAI's own API rejects `max_tokens` for its reasoning models; the other servers all accept it,
         # while not all of them know the newer `max_completion_tokens`.
@@ -160,8 +168,9 @@ class OpenAIBackend(Backend):
         if client is None:
             from openai import AsyncOpenAI
 
-            client = AsyncOpenAI(api_key=self._api_key, base_url=self.spec.base_url,
-                                 timeout=self.spec.timeout_s, max_retries=0)
+            client = AsyncOpenAI(
+                api_key=self._api_key, base_url=self.spec.base_url, timeout=self.spec.timeout_s, max_retries=0
+            )
             self._clients[loop] = client
         return client
 
@@ -176,8 +185,14 @@ class OpenAIBackend(Backend):
                 if attempt == attempts:
                     break
                 delay_s = self._backoff_s(attempt, failure.retry_after_s)
-                log.warning("%s: attempt %d/%d failed (%s); retrying in %.2f s",
-                            self.endpoint, attempt, attempts, last_cause, delay_s)
+                log.warning(
+                    "%s: attempt %d/%d failed (%s); retrying in %.2f s",
+                    self.endpoint,
+                    attempt,
+                    attempts,
+                    last_cause,
+                    delay_s,
+                )
                 await asyncio.sleep(delay_s)
         raise BackendError(
             f"{self.endpoint} (model {self.spec.model!r}) failed after {attempts} attempt(s); last cause: {last_cause}"
@@ -212,8 +227,7 @@ class OpenAIBackend(Backend):
         if status == 429 or status >= 500:
             return _RetryableFailure(f"HTTP {status}: {body}", _retry_after_s(exc.response))
         return BackendError(
-            f"{self.endpoint} (model {self.spec.model!r}) rejected the request with HTTP {status} "
-            f"(not retried): {body}"
+            f"{self.endpoint} (model {self.spec.model!r}) rejected the request with HTTP {status} (not retried): {body}"
         )
 
     def _redact(self, text: str) -> str:
@@ -239,8 +253,7 @@ class OpenAIBackend(Backend):
 
     # --- token counting when the server reports no usage ---
 
-    async def _counted_usage(self, messages: list[Message], tools: list[dict[str, Any]] | None,
-                             response: Any) -> Usage:
+    async def _counted_usage(self, messages: list[Message], tools: list[dict[str, Any]] | None, response: Any) -> Usage:
         output_text = _raw_output_text(response)
         # Tokenizer loading and encoding are blocking CPU/disk work; keep them off the event loop.
         return await asyncio.to_thread(self.count_usage, messages, tools, output_text)
@@ -251,8 +264,10 @@ class OpenAIBackend(Backend):
         tokenizer = self._load_tokenizer()
         if tokenizer is None:
             return Usage(prompt_tokens=estimate_prompt_tokens(plain), completion_tokens=estimate_tokens(output_text))
-        return Usage(prompt_tokens=_tokenizer_prompt_tokens(tokenizer, plain),
-                     completion_tokens=len(tokenizer.encode(output_text, add_special_tokens=False)))
+        return Usage(
+            prompt_tokens=_tokenizer_prompt_tokens(tokenizer, plain),
+            completion_tokens=len(tokenizer.encode(output_text, add_special_tokens=False)),
+        )
 
     def _load_tokenizer(self) -> Any | None:
         with self._tokenizer_lock:
@@ -274,7 +289,7 @@ def secret_redactor(secret: str, mask: str = "***") -> Callable[[str], str]:
     for start in range(3):
         # base64 encodes 3 bytes as 4 characters from the start of the encoded text, so wherever the key sits
         # (after "user:" or not), the characters that encode only key bytes are one of these three runs
-        core = data[start:start + (len(data) - start) // 3 * 3]
+        core = data[start : start + (len(data) - start) // 3 * 3]
         if len(core) >= 6:  # shorter runs would be a few characters that ordinary text may contain
             cores |= {base64.b64encode(core).decode(), base64.urlsafe_b64encode(core).decode()}
     alternatives = [re.escape(form) for form in sorted(forms, key=len, reverse=True)]
@@ -353,12 +368,16 @@ def _native_tool_calls(raw_calls: list[Any]) -> tuple[list[ToolCall], list[str]]
         except (json.JSONDecodeError, RecursionError):
             arguments = None
         if not isinstance(arguments, dict):
-            errors.append(f"malformed tool call {name!r} (arguments are not a JSON object): "
-                          f"{_snippet(str(arguments_text))!r}")
+            errors.append(
+                f"malformed tool call {name!r} (arguments are not a JSON object): {_snippet(str(arguments_text))!r}"
+            )
             continue
         call_id = getattr(raw, "id", None)
-        calls.append(ToolCall(id=call_id if isinstance(call_id, str) and call_id else f"call_{index}",
-                              name=name, arguments=arguments))
+        calls.append(
+            ToolCall(
+                id=call_id if isinstance(call_id, str) and call_id else f"call_{index}", name=name, arguments=arguments
+            )
+        )
     return calls, errors
 
 
@@ -407,8 +426,7 @@ def _load_hf_tokenizer(reference: str | None, model_name: str) -> Any | None:
     looks_local = reference.endswith(".gguf") or reference.startswith((".", "/", "~")) or path.exists()
     if looks_local and not path.exists():
         # Checked here so that a mistyped path is not sent to the HF hub as a repository id.
-        log.warning("model %r: tokenizer path %s does not exist; using the character-count estimate",
-                    model_name, path)
+        log.warning("model %r: tokenizer path %s does not exist; using the character-count estimate", model_name, path)
         return None
     try:
         from transformers import AutoTokenizer
@@ -417,8 +435,13 @@ def _load_hf_tokenizer(reference: str | None, model_name: str) -> Any | None:
             return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
         return AutoTokenizer.from_pretrained(str(path) if looks_local else reference)
     except Exception as exc:  # any failure to load only costs accuracy of the counts
-        log.warning("model %r: could not load tokenizer %r (%s: %s); using the character-count estimate",
-                    model_name, reference, exc.__class__.__name__, exc)
+        log.warning(
+            "model %r: could not load tokenizer %r (%s: %s); using the character-count estimate",
+            model_name,
+            reference,
+            exc.__class__.__name__,
+            exc,
+        )
         return None
 
 

@@ -29,8 +29,10 @@ def make_backend(spec: ModelSpec) -> Backend:
     """Build the backend a model spec describes, through the factory registered for its type."""
     factory = _FACTORIES.get(spec.backend.type)
     if factory is None:
-        raise ConfigError(f"model {spec.name!r}: backend type {spec.backend.type!r} is not registered (registered: "
-                          f"{', '.join(backend_types())}); replay models need toolorchestra.envs.replay imported")
+        raise ConfigError(
+            f"model {spec.name!r}: backend type {spec.backend.type!r} is not registered (registered: "
+            f"{', '.join(backend_types())}); replay models need toolorchestra.envs.replay imported"
+        )
     return factory(spec)
 
 
@@ -82,8 +84,9 @@ class ModelPool:
             return completion.cost_usd
         return self._specs[name].price.cost(completion.usage.prompt_tokens, completion.usage.completion_tokens)
 
-    async def complete(self, name: str, messages: list[Message], tools: list[dict[str, Any]] | None = None,
-                       **sampling: Any) -> tuple[Completion, float]:
+    async def complete(
+        self, name: str, messages: list[Message], tools: list[dict[str, Any]] | None = None, **sampling: Any
+    ) -> tuple[Completion, float]:
         """One completion from model `name` and its dollar cost at the model's price."""
         completion = await self.backend(name).complete(messages, tools, **sampling)
         completion.model = completion.model or name

@@ -43,8 +43,9 @@ class PrefixCache:
         self.hits = 0
         self.tokens_saved = 0
 
-    def layout(self, model: Any, prompts: Sequence[Sequence[int]], pad_id: int
-               ) -> tuple[torch.Tensor, torch.Tensor, Any] | None:
+    def layout(
+        self, model: Any, prompts: Sequence[Sequence[int]], pad_id: int
+    ) -> tuple[torch.Tensor, torch.Tensor, Any] | None:
         """(input_ids, attention_mask, past_key_values) for `generate` with the rows' shared prefix cached,
         or None when they share fewer than MIN_SHARED_TOKENS tokens."""
         import torch
@@ -62,8 +63,12 @@ class PrefixCache:
             ids.append(list(prompt[:shared]) + [pad_id] * padding + own)
             mask.append([1] * shared + [0] * padding + [1] * len(own))
         rows = len(prompts)
-        cache = DynamicCache(ddp_cache_data=[(keys.expand(rows, -1, -1, -1), values.expand(rows, -1, -1, -1))
-                                             for keys, values in layers], config=model.config)
+        cache = DynamicCache(
+            ddp_cache_data=[
+                (keys.expand(rows, -1, -1, -1), values.expand(rows, -1, -1, -1)) for keys, values in layers
+            ],
+            config=model.config,
+        )
         self.tokens_saved += shared * rows
         return torch.tensor(ids), torch.tensor(mask), cache
 
@@ -89,20 +94,33 @@ class PrefixCache:
         elif base is not None and reused == len(prefix):  # a start of a longer cached prefix: a view is enough
             layers = [(keys[:, :, :reused], values[:, :, :reused]) for keys, values in base]
             return self._store(prefix, layers, reused)
-        cache = DynamicCache(config=model.config) if base is None else DynamicCache(
-            ddp_cache_data=[(keys[:, :, :reused], values[:, :, :reused]) for keys, values in base],
-            config=model.config)
+        cache = (
+            DynamicCache(config=model.config)
+            if base is None
+            else DynamicCache(
+                ddp_cache_data=[(keys[:, :, :reused], values[:, :, :reused]) for keys, values in base],
+                config=model.config,
+            )
+        )
         with torch.inference_mode():
-            model(input_ids=torch.tensor([list(prefix[reused:])], device=model.device), past_key_values=cache,
-                  use_cache=True, logits_to_keep=1,
-                  position_ids=torch.arange(reused, len(prefix), device=model.device).unsqueeze(0))
+            model(
+                input_ids=torch.tensor([list(prefix[reused:])], device=model.device),
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,
+                position_ids=torch.arange(reused, len(prefix), device=model.device).unsqueeze(0),
+            )
         # transformers types a layer as attention or linear-attention, keys and values as maybe unset; a causal
         # LM's DynamicCache after a forward pass holds attention layers with both tensors set
-        return self._store(prefix, [(layer.keys, layer.values) for layer in cache.layers],  # type: ignore[misc,union-attr]
-                           reused)
+        return self._store(
+            prefix,
+            [(layer.keys, layer.values) for layer in cache.layers],  # type: ignore[misc,union-attr]
+            reused,
+        )
 
-    def _store(self, prefix: tuple[int, ...], layers: list[tuple[torch.Tensor, torch.Tensor]],
-               reused: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    def _store(
+        self, prefix: tuple[int, ...], layers: list[tuple[torch.Tensor, torch.Tensor]], reused: int
+    ) -> list[tuple[torch.Tensor, torch.Tensor]]:
         with self._lock:
             self.tokens_saved += reused
             self._entries[prefix] = layers

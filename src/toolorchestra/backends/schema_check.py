@@ -37,8 +37,13 @@ class SchemaError(ValueError):
         self.message = message
 
 
-def check_tools(tools: list[Any], *, where: str = "tools", max_bytes: int = DEFAULT_MAX_SCHEMA_BYTES,
-                max_enum_values: int = DEFAULT_MAX_ENUM_VALUES) -> None:
+def check_tools(
+    tools: list[Any],
+    *,
+    where: str = "tools",
+    max_bytes: int = DEFAULT_MAX_SCHEMA_BYTES,
+    max_enum_values: int = DEFAULT_MAX_ENUM_VALUES,
+) -> None:
     """Raise SchemaError for the first unusable tool definition of `tools` (OpenAI `{"type": "function",
     "function": {...}}` entries, or bare function objects)."""
     size = len(json.dumps(tools, ensure_ascii=False, default=str).encode())
@@ -56,8 +61,9 @@ def check_tools(tools: list[Any], *, where: str = "tools", max_bytes: int = DEFA
             raise SchemaError(place, f"expected a function object; got {_kind(function)}")
         name = function.get("name")
         if not isinstance(name, str) or not 1 <= len(name) <= MAX_NAME_CHARS:
-            raise SchemaError(f"{place}.name", f"expected a name of 1 to {MAX_NAME_CHARS} characters; "
-                                               f"got {_short(name)}")
+            raise SchemaError(
+                f"{place}.name", f"expected a name of 1 to {MAX_NAME_CHARS} characters; got {_short(name)}"
+            )
         if name in names:
             raise SchemaError(f"{place}.name", f"two tools are named {name!r}")
         names.add(name)
@@ -66,14 +72,17 @@ def check_tools(tools: list[Any], *, where: str = "tools", max_bytes: int = DEFA
             check_parameters(parameters, where=f"{place}.parameters", max_enum_values=max_enum_values)
 
 
-def check_parameters(parameters: Any, *, where: str = "parameters",
-                     max_enum_values: int = DEFAULT_MAX_ENUM_VALUES) -> None:
+def check_parameters(
+    parameters: Any, *, where: str = "parameters", max_enum_values: int = DEFAULT_MAX_ENUM_VALUES
+) -> None:
     """Raise SchemaError unless `parameters` is a usable object schema."""
     if not isinstance(parameters, dict):
         raise SchemaError(where, f"expected a JSON Schema object; got {_kind(parameters)}")
     if parameters.get("type", "object") != "object":
-        raise SchemaError(f"{where}.type", f"the arguments of a call are an object; expected \"object\", "
-                                           f"got {_short(parameters.get('type'))}")
+        raise SchemaError(
+            f"{where}.type",
+            f'the arguments of a call are an object; expected "object", got {_short(parameters.get("type"))}',
+        )
     _Walker(parameters, max_enum_values).schema(parameters, where)
 
 
@@ -109,8 +118,10 @@ class _Walker:
         value = node["type"]
         kinds = value if isinstance(value, list) else [value]
         if not kinds or any(not isinstance(kind, str) or kind not in JSON_TYPES for kind in kinds):
-            raise SchemaError(f"{where}.type", f"expected one of {', '.join(sorted(JSON_TYPES))} (or a list of "
-                                               f"them); got {_short(value)}")
+            raise SchemaError(
+                f"{where}.type",
+                f"expected one of {', '.join(sorted(JSON_TYPES))} (or a list of them); got {_short(value)}",
+            )
 
     def _schema_map(self, value: Any, where: str) -> None:
         if not isinstance(value, dict):
@@ -132,8 +143,9 @@ class _Walker:
             if not isinstance(enum, list) or not enum:
                 raise SchemaError(f"{where}.enum", f"expected a non-empty list of values; got {_short(enum)}")
             if len(enum) > self.max_enum_values:
-                raise SchemaError(f"{where}.enum", f"{len(enum)} values; at most {self.max_enum_values} are "
-                                                   "accepted in one enum")
+                raise SchemaError(
+                    f"{where}.enum", f"{len(enum)} values; at most {self.max_enum_values} are accepted in one enum"
+                )
         if "pattern" in node:
             pattern = node["pattern"]
             if not isinstance(pattern, str):
@@ -155,8 +167,11 @@ class _Walker:
 
     def _reference(self, reference: Any, where: str) -> None:
         if not isinstance(reference, str) or not reference.startswith("#"):
-            raise SchemaError(where, "only references inside the same parameters schema are supported "
-                                     f"(\"#/$defs/NAME\"); got {_short(reference)}")
+            raise SchemaError(
+                where,
+                "only references inside the same parameters schema are supported "
+                f'("#/$defs/NAME"); got {_short(reference)}',
+            )
         node: Any = self.root
         for part in reference[1:].split("/")[1:] if reference != "#" else []:
             part = part.replace("~1", "/").replace("~0", "~")
@@ -176,7 +191,8 @@ def _is_int(value: Any) -> bool:
 
 def _kind(value: Any) -> str:
     return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}.get(
-        type(value), "a number" if isinstance(value, (int, float)) else type(value).__name__)
+        type(value), "a number" if isinstance(value, (int, float)) else type(value).__name__
+    )
 
 
 def _short(value: Any) -> str:

@@ -6,7 +6,7 @@ Kept apart from `guided` (which imports xgrammar) so that unguided generation wo
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 import transformers
@@ -21,7 +21,7 @@ class RowTokenLimits(transformers.StoppingCriteria):
 
     def __call__(self, input_ids: torch.LongTensor, scores: Any, **kwargs: Any) -> torch.BoolTensor:
         generated = input_ids.shape[1] - self.prompt_width
-        return (generated >= self.limits).to(input_ids.device)
+        return cast(torch.BoolTensor, (generated >= self.limits).to(input_ids.device))
 
 
 class RowsCancelled(transformers.StoppingCriteria):
@@ -32,4 +32,4 @@ class RowsCancelled(transformers.StoppingCriteria):
         self.cancelled = cancelled
 
     def __call__(self, input_ids: torch.LongTensor, scores: Any, **kwargs: Any) -> torch.BoolTensor:
-        return torch.tensor([check() for check in self.cancelled], device=input_ids.device)
+        return cast(torch.BoolTensor, torch.tensor([check() for check in self.cancelled], device=input_ids.device))

@@ -61,8 +61,11 @@ def final_answer_step(trajectory: Trajectory) -> Step | None:
     by `answered_by`."""
     if trajectory.final_answer is None:
         return None
-    answers = [step for step in trajectory.steps
-               if step.kind == "tool" and step.error is None and step.name.split("-")[0] == "answer"]
+    answers = [
+        step
+        for step in trajectory.steps
+        if step.kind == "tool" and step.error is None and step.name.split("-")[0] == "answer"
+    ]
     if trajectory.answered_by:
         served = [step for step in answers if step.model == trajectory.answered_by]
         if served:
@@ -116,16 +119,18 @@ def _first_saved(path: Path) -> dict[tuple[str, str], Trajectory]:
     return saved
 
 
-def write_eval_decisions(out: Path, policies: Sequence[str], task_ids: Sequence[str],
-                         header: dict[str, Any] | None = None) -> list[Path]:
+def write_eval_decisions(
+    out: Path, policies: Sequence[str], task_ids: Sequence[str], header: dict[str, Any] | None = None
+) -> list[Path]:
     """decisions.csv of an eval dir (one file per threshold for a sweep), over `task_ids` in order.
 
     The preference comes from `header["prefer"]` (the run's manifest), else from out/run.json."""
     header = header if header and "policy" in header else _manifest(out)
     saved = _first_saved(out / "trajectories.jsonl")
     sweep = len(policies) > 1
-    return [_write(out, policy, [t for t in task_ids if (policy, t) in saved], header, saved, sweep)
-            for policy in policies]
+    return [
+        _write(out, policy, [t for t in task_ids if (policy, t) in saved], header, saved, sweep) for policy in policies
+    ]
 
 
 def decisions_from_dir(eval_dir: Path) -> list[Path]:
@@ -147,14 +152,22 @@ def decisions_from_dir(eval_dir: Path) -> list[Path]:
         policy = str(entry["policy"])
         task_ids = [task_id for (name, task_id) in saved if name == policy]
         if len(task_ids) != entry["n"]:
-            raise UserError(f"{eval_dir}: trajectories.jsonl holds {len(task_ids)} tasks of {policy}, metrics.json "
-                            f"counts {entry['n']}; rerun the same `toolorchestra eval` into it to write {DECISIONS}")
+            raise UserError(
+                f"{eval_dir}: trajectories.jsonl holds {len(task_ids)} tasks of {policy}, metrics.json "
+                f"counts {entry['n']}; rerun the same `toolorchestra eval` into it to write {DECISIONS}"
+            )
         written.append(_write(eval_dir, policy, task_ids, header, saved, sweep))
     return written
 
 
-def _write(out: Path, policy: str, task_ids: Sequence[str], header: dict[str, Any],
-           saved: dict[tuple[str, str], Trajectory], sweep: bool) -> Path:
+def _write(
+    out: Path,
+    policy: str,
+    task_ids: Sequence[str],
+    header: dict[str, Any],
+    saved: dict[tuple[str, str], Trajectory],
+    sweep: bool,
+) -> Path:
     preference = preference_name(policy, header.get("prefer"))
     rows = [decision(saved[(policy, task_id)], preference) for task_id in task_ids]
     return write_decisions(out / decisions_file(policy, sweep), rows)

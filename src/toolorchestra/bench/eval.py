@@ -29,8 +29,7 @@ from toolorchestra.envs.base import Env, Task
 from toolorchestra.errors import UserError
 
 # Re-exported: callers name the eval entry points and the dir helpers through this module.
-__all__ = ["EvalRequest", "claim_dir", "drop_torn_tail", "evaluate", "local_orchestrators", "run_episode",
-           "run_eval"]
+__all__ = ["EvalRequest", "claim_dir", "drop_torn_tail", "evaluate", "local_orchestrators", "run_episode", "run_eval"]
 
 
 def run_eval(request: EvalRequest) -> dict[str, Any]:
@@ -65,20 +64,36 @@ def run_eval(request: EvalRequest) -> dict[str, Any]:
     return asyncio.run(_evaluate_and_close(env, policies, tasks, request))
 
 
-async def _evaluate_and_close(env: Env, policies: list[Policy], tasks: list[Task],
-                              request: EvalRequest) -> dict[str, Any]:
+async def _evaluate_and_close(
+    env: Env, policies: list[Policy], tasks: list[Task], request: EvalRequest
+) -> dict[str, Any]:
     try:
-        return await evaluate(env, policies, tasks, request.out, concurrency=request.concurrency,
-                              delay_s=request.delay_s, progress=request.progress,
-                              header={**request.manifest(), "limit": request.limit})
+        return await evaluate(
+            env,
+            policies,
+            tasks,
+            request.out,
+            concurrency=request.concurrency,
+            delay_s=request.delay_s,
+            progress=request.progress,
+            header={**request.manifest(), "limit": request.limit},
+        )
     finally:
         for policy in policies:
             await policy.aclose()
 
 
-async def evaluate(env: Env, policies: Sequence[Policy], tasks: Sequence[Task], out: Path, *,
-                   concurrency: int = 8, delay_s: float = 0.0, progress: bool = True,
-                   header: dict[str, Any] | None = None) -> dict[str, Any]:
+async def evaluate(
+    env: Env,
+    policies: Sequence[Policy],
+    tasks: Sequence[Task],
+    out: Path,
+    *,
+    concurrency: int = 8,
+    delay_s: float = 0.0,
+    progress: bool = True,
+    header: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """Run every (policy, task) episode not yet in out/trajectories.jsonl; return the metrics."""
     out.mkdir(parents=True, exist_ok=True)
     path = out / TRAJECTORIES
@@ -121,9 +136,15 @@ class _Bar:
                 TimeRemainingColumn,
             )
 
-            self._progress = Progress(TextColumn("[bold]eval"), BarColumn(), MofNCompleteColumn(),
-                                      TextColumn("{task.fields[accuracy]}"), TimeElapsedColumn(),
-                                      TimeRemainingColumn(), transient=False)
+            self._progress = Progress(
+                TextColumn("[bold]eval"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[accuracy]}"),
+                TimeElapsedColumn(),
+                TimeRemainingColumn(),
+                transient=False,
+            )
             self._progress.start()
             self._task = self._progress.add_task("eval", total=self.total, completed=self.done, accuracy="")
         return self
@@ -141,4 +162,3 @@ class _Bar:
 
 def _progress_bar(enabled: bool, total: int, done: int) -> _Bar:
     return _Bar(enabled, total, done)
-

@@ -72,8 +72,9 @@ def load_units(eval_dir: Path) -> list[Unit]:
     sweep = metrics.get("kind") == "sweep"
     if sweep:
         header = {key: value for key, value in metrics.items() if key not in ("sweep", "kind")}
-        entries = [{**header, **entry, "policy": entry["policy"], "spec": metrics.get("spec")}
-                   for entry in metrics["sweep"]]
+        entries = [
+            {**header, **entry, "policy": entry["policy"], "spec": metrics.get("spec")} for entry in metrics["sweep"]
+        ]
     elif "accuracy" in metrics:
         entries = [metrics]
     else:
@@ -81,10 +82,18 @@ def load_units(eval_dir: Path) -> list[Unit]:
     paths = [eval_dir / decisions_file(str(entry["policy"]), sweep) for entry in entries]
     if not all(path.exists() for path in paths):
         decisions_from_dir(eval_dir)
-    return [Unit(policy=str(entry["policy"]), preference=preference_name(str(entry["policy"]), metrics.get("prefer")),
-                 env=str(metrics.get("env", "?")), split=str(metrics.get("split", "?")), metrics=entry,
-                 decisions=path, source=eval_dir)
-            for entry, path in zip(entries, paths, strict=True)]
+    return [
+        Unit(
+            policy=str(entry["policy"]),
+            preference=preference_name(str(entry["policy"]), metrics.get("prefer")),
+            env=str(metrics.get("env", "?")),
+            split=str(metrics.get("split", "?")),
+            metrics=entry,
+            decisions=path,
+            source=eval_dir,
+        )
+        for entry, path in zip(entries, paths, strict=True)
+    ]
 
 
 def world_dir(out: Path, world: str) -> Path:
@@ -106,14 +115,20 @@ def export_results(eval_dirs: Sequence[Path], out: Path) -> dict[Path, list[Unit
             group = groups.setdefault(target, [])
             for other in group:
                 if other.policy != unit.policy:
-                    raise UserError(f"policies {other.policy!r} ({other.source}) and {unit.policy!r} ({unit.source}) "
-                                    f"would share {target}")
+                    raise UserError(
+                        f"policies {other.policy!r} ({other.source}) and {unit.policy!r} ({unit.source}) "
+                        f"would share {target}"
+                    )
                 if other.split != unit.split:
-                    raise UserError(f"{unit.policy}: runs of split {other.split} ({other.source}) and {unit.split} "
-                                    f"({unit.source}); export one split at a time")
+                    raise UserError(
+                        f"{unit.policy}: runs of split {other.split} ({other.source}) and {unit.split} "
+                        f"({unit.source}); export one split at a time"
+                    )
                 if other.preference == unit.preference:
-                    raise UserError(f"{unit.policy}: two runs with preference {unit.preference!r} ({other.source} and "
-                                    f"{unit.source}); export one of them")
+                    raise UserError(
+                        f"{unit.policy}: two runs with preference {unit.preference!r} ({other.source} and "
+                        f"{unit.source}); export one of them"
+                    )
             group.append(unit)
     for target, units in groups.items():
         _write_policy(target, units)
@@ -127,11 +142,14 @@ def _write_policy(target: Path, units: list[Unit]) -> None:
         unit_rows = read_decisions(unit.decisions)
         wrong = sorted({row["preference"] for row in unit_rows} - {unit.preference})
         if wrong:
-            raise UserError(f"{unit.decisions}: preference {wrong[0]!r} in its rows, but the run's is "
-                            f"{unit.preference!r}")
+            raise UserError(
+                f"{unit.decisions}: preference {wrong[0]!r} in its rows, but the run's is {unit.preference!r}"
+            )
         if len(unit_rows) != unit.metrics.get("n"):
-            raise UserError(f"{unit.decisions}: {len(unit_rows)} rows, metrics.json counts {unit.metrics.get('n')} "
-                            "tasks; rerun the same `toolorchestra eval` into the dir to rewrite it")
+            raise UserError(
+                f"{unit.decisions}: {len(unit_rows)} rows, metrics.json counts {unit.metrics.get('n')} "
+                "tasks; rerun the same `toolorchestra eval` into the dir to rewrite it"
+            )
         rows += unit_rows
     if len(units) == 1 and units[0].decisions.name == DECISIONS:
         shutil.copyfile(units[0].decisions, target / DECISIONS)
@@ -142,6 +160,11 @@ def _write_policy(target: Path, units: list[Unit]) -> None:
         metrics: dict[str, Any] = units[0].metrics
     else:
         first = units[0]
-        metrics = {"policy": first.policy, "env": first.env, "split": first.split, "kind": "by_preference",
-                   "by_preference": {unit.preference: unit.metrics for unit in units}}
+        metrics = {
+            "policy": first.policy,
+            "env": first.env,
+            "split": first.split,
+            "kind": "by_preference",
+            "by_preference": {unit.preference: unit.metrics for unit in units},
+        }
     (target / METRICS).write_text(json.dumps(metrics, indent=2) + "\n")

@@ -97,8 +97,10 @@ def _tokens(trajectories: Sequence[Trajectory]) -> dict[str, int]:
             prefix = "orchestrator" if step.kind == "orchestrator" else "tools"
             totals[f"{prefix}_prompt"] += step.prompt_tokens
             totals[f"{prefix}_completion"] += step.completion_tokens
-    return {key: int(totals[key]) for key in ("orchestrator_prompt", "orchestrator_completion", "tools_prompt",
-                                              "tools_completion")}
+    return {
+        key: int(totals[key])
+        for key in ("orchestrator_prompt", "orchestrator_completion", "tools_prompt", "tools_completion")
+    }
 
 
 def _per_subtask(trajectories: Sequence[Trajectory]) -> dict[str, dict[str, Any]]:
@@ -110,6 +112,11 @@ def _per_subtask(trajectories: Sequence[Trajectory]) -> dict[str, dict[str, Any]
         members = groups[name]
         correct = sum(1 for trajectory in members if trajectory.correct)
         cost = sum(trajectory.cost_usd for trajectory in members)
-        breakdown[name] = {"n": len(members), "correct": correct, "accuracy": correct / len(members),
-                           "cost_usd": cost, "latency_mean_s": float(np.mean([t.latency_s for t in members]))}
+        breakdown[name] = {
+            "n": len(members),
+            "correct": correct,
+            "accuracy": correct / len(members),
+            "cost_usd": cost,
+            "latency_mean_s": float(np.mean([t.latency_s for t in members])),
+        }
     return breakdown

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import random
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -33,8 +34,18 @@ from toolorchestra.envs.toolscale.tasks import REFUSAL_ANSWER, gold_answer
 from toolorchestra.errors import UserError
 from toolorchestra.tools.base import Tool, ToolResult
 
-POLICY_FORMS = ("single:MODEL", "random", "cheapest", "per-subtask", "cascade[:LAMBDA]", "router[:THRESHOLD]",
-                "oracle", "orchestrator:MODEL", "gold", "noop")
+POLICY_FORMS = (
+    "single:MODEL",
+    "random",
+    "cheapest",
+    "per-subtask",
+    "cascade[:LAMBDA]",
+    "router[:THRESHOLD]",
+    "oracle",
+    "orchestrator:MODEL",
+    "gold",
+    "noop",
+)
 GOLD_POLICIES = ("gold", "noop")
 NOOP_ANSWER = REFUSAL_ANSWER
 DEFAULT_CASCADE_LAMBDA = 0.1
@@ -66,14 +77,14 @@ class Policy(ABC):
 
     name: str
 
-    def prepare(self, tasks: Sequence[Task]) -> None:
+    def prepare(self, tasks: Sequence[Task]) -> None:  # noqa: B027 (an optional hook: most policies need none)
         """Precompute what the policy needs for these tasks (e.g. batched router predictions)."""
 
     @abstractmethod
     async def run(self, task: Task, tools: list[Tool]) -> Trajectory:
         """One episode."""
 
-    async def aclose(self) -> None:
+    async def aclose(self) -> None:  # noqa: B027 (an optional hook)
         """Release models or connections."""
 
 
@@ -88,8 +99,10 @@ class ScriptedEpisode:
 
     async def calls(self, *calls: tuple[str, dict[str, Any]]) -> list[ToolResult]:
         """One turn: run the calls concurrently; the turn lasts as long as its slowest call."""
-        tool_calls = [ToolCall(id=f"call_{self.turn}_{index}", name=name, arguments=arguments)
-                      for index, (name, arguments) in enumerate(calls)]
+        tool_calls = [
+            ToolCall(id=f"call_{self.turn}_{index}", name=name, arguments=arguments)
+            for index, (name, arguments) in enumerate(calls)
+        ]
         results = await run_calls(self.tools, tool_calls, self.task, self.trajectory.messages, wall_clock=False)
         self.trajectory.messages.append(assistant_message("", tool_calls))
         for call, result in zip(tool_calls, results, strict=True):
@@ -132,8 +145,9 @@ class CascadeParams:
 
 
 class CascadePolicy(Policy):
-    def __init__(self, name: str, world: RecordedWorld, params: dict[str | None, CascadeParams],
-                 fallback: CascadeParams) -> None:
+    def __init__(
+        self, name: str, world: RecordedWorld, params: dict[str | None, CascadeParams], fallback: CascadeParams
+    ) -> None:
         self.name = name
         self.world = world
         self.params = params
@@ -172,7 +186,7 @@ class RouterPolicy(Policy):
     def prepare(self, tasks: Sequence[Task]) -> None:
         missing = [task for task in tasks if task.id not in self._probabilities]
         if missing:
-            for task, row in zip(missing, self.router.predict(missing)):
+            for task, row in zip(missing, self.router.predict(missing), strict=True):
                 self._probabilities[task.id] = row
 
     async def run(self, task: Task, tools: list[Tool]) -> Trajectory:
@@ -219,8 +233,9 @@ class Outcomes:
     keys: np.ndarray  # (tasks, models) int answer ids; equal ids = same answer; negative = not comparable
 
     def subset(self, rows: np.ndarray) -> Outcomes:
-        return Outcomes([self.tasks[i] for i in rows], self.models, self.correct[rows], self.cost[rows],
-                        self.keys[rows])
+        return Outcomes(
+            [self.tasks[i] for i in rows], self.models, self.correct[rows], self.cost[rows], self.keys[rows]
+        )
 
 
 def outcomes(world: RecordedWorld, tasks: Sequence[Task]) -> Outcomes:
@@ -278,13 +293,19 @@ def fit_cascade(train: Outcomes, penalty: float, reference_cost: float) -> Casca
             agree = (train.keys[:, first] == train.keys[:, check]) & (train.keys[:, first] >= 0)
             kept = agree[:, None]
             cascade_accuracy = np.where(kept, train.correct[:, [first]], train.correct).mean(axis=0)
-            cascade_cost = (train.cost[:, first] + train.cost[:, check]).mean() + np.where(kept, 0.0, train.cost).mean(axis=0)
+            cascade_cost = (train.cost[:, first] + train.cost[:, check]).mean() + np.where(kept, 0.0, train.cost).mean(
+                axis=0
+            )
             cascade_utility = cascade_accuracy - scale * cascade_cost
             cascade_utility[[first, check]] = -np.inf
             escalate = int(np.argmax(cascade_utility))
             if cascade_utility[escalate] > best[0] + 1e-12:
-                best = (float(cascade_utility[escalate]), CascadeParams(
-                    first=train.models[first], check=train.models[check], escalate=train.models[escalate]))
+                best = (
+                    float(cascade_utility[escalate]),
+                    CascadeParams(
+                        first=train.models[first], check=train.models[check], escalate=train.models[escalate]
+                    ),
+                )
     return best[1]
 
 
@@ -292,8 +313,9 @@ def fit_cascade(train: Outcomes, penalty: float, reference_cost: float) -> Casca
 OrchestratorFactory = Callable[[str], Policy]
 
 
-def parse_policy(spec: str, env: Env, *, seed: int = 0,
-                 orchestrator: OrchestratorFactory | None = None) -> list[Policy]:
+def parse_policy(
+    spec: str, env: Env, *, seed: int = 0, orchestrator: OrchestratorFactory | None = None
+) -> list[Policy]:
     """The policies a --policy spec names (a router sweep gives one per threshold)."""
     kind, _, argument = spec.partition(":")
     if kind == "orchestrator":
@@ -305,19 +327,24 @@ def parse_policy(spec: str, env: Env, *, seed: int = 0,
     if kind in GOLD_POLICIES:
         _no_argument(spec, argument)
         if not has_gold_actions(env):
-            raise UserError(f"--policy {spec}: needs tasks that carry gold actions, which env {env.name!r} does "
-                            "not have; gold and noop run on toolscale:<domain> and toolscale:all")
+            raise UserError(
+                f"--policy {spec}: needs tasks that carry gold actions, which env {env.name!r} does "
+                "not have; gold and noop run on toolscale:<domain> and toolscale:all"
+            )
         return [GoldPolicy() if kind == "gold" else NoopPolicy()]
     if kind not in {"single", "random", "cheapest", "per-subtask", "cascade", "router", "oracle"}:
         raise UserError(f"--policy {spec!r}: unknown policy; valid: {', '.join(POLICY_FORMS)}")
     if not isinstance(env, RecordedWorld):
-        raise UserError(f"--policy {spec!r} needs recorded model outcomes, which env {env.name!r} does not have; "
-                        "use orchestrator:MODEL")
+        raise UserError(
+            f"--policy {spec!r} needs recorded model outcomes, which env {env.name!r} does not have; "
+            "use orchestrator:MODEL"
+        )
     models = env.models()
     if kind == "single":
         if argument not in models:
-            raise UserError(f"--policy {spec!r}: unknown model {argument!r}; valid models of {env.name}: "
-                            f"{', '.join(models)}")
+            raise UserError(
+                f"--policy {spec!r}: unknown model {argument!r}; valid models of {env.name}: {', '.join(models)}"
+            )
         return [ChooseModelPolicy(spec, env, lambda task: argument)]
     if kind == "random":
         _no_argument(spec, argument)
@@ -339,8 +366,9 @@ def parse_policy(spec: str, env: Env, *, seed: int = 0,
         penalty = _number(spec, argument, DEFAULT_CASCADE_LAMBDA, "LAMBDA")
         reference = float(train.cost[:, train.models.index(_best_model(train))].mean())
         overall_params = fit_cascade(train, penalty, reference)
-        per_subtask = {name: fit_cascade(train.subset(rows), penalty, reference)
-                       for name, rows in _by_subtask(train).items()}
+        per_subtask = {
+            name: fit_cascade(train.subset(rows), penalty, reference) for name, rows in _by_subtask(train).items()
+        }
         return [CascadePolicy(spec, env, per_subtask, overall_params)]
     return _router_policies(spec, argument, env, train, seed)
 
@@ -386,10 +414,20 @@ class OrchestratorPolicy(Policy):
     `tools`: names of the env's tools to offer (None: all); fewer tools make a shorter prompt.
     """
 
-    def __init__(self, name: str, backend: Backend, *, model_name: str, price: Price | None = None,
-                 preference: Preference | None = None,
-                 max_turns: int = 4, max_tokens: int = 256, temperature: float = 0.0,
-                 short_prompt: bool = True, tools: Sequence[str] | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        backend: Backend,
+        *,
+        model_name: str,
+        price: Price | None = None,
+        preference: Preference | None = None,
+        max_turns: int = 4,
+        max_tokens: int = 256,
+        temperature: float = 0.0,
+        short_prompt: bool = True,
+        tools: Sequence[str] | None = None,
+    ) -> None:
         self.name = name
         self.backend = backend
         self.model_name = model_name
@@ -408,15 +446,24 @@ class OrchestratorPolicy(Policy):
             available = {tool.name for tool in tools}
             unknown = [name for name in self.tool_names if name not in available]
             if unknown:
-                raise UserError(f"--tools {','.join(self.tool_names)}: unknown tool(s) {unknown}; "
-                                f"the env offers {sorted(available)}")
+                raise UserError(
+                    f"--tools {','.join(self.tool_names)}: unknown tool(s) {unknown}; "
+                    f"the env offers {sorted(available)}"
+                )
             tools = [tool for tool in tools if tool.name in self.tool_names]
         shown = task
         if self.short_prompt and task.meta.get("query"):
             shown = task.model_copy(update={"prompt": str(task.meta["query"])})
-        orchestrator = Orchestrator(self.backend, tools, model_name=self.model_name, price=self.price,
-                                    preference=self.preference, max_turns=self.max_turns,
-                                    max_tokens=self.max_tokens, temperature=self.temperature)
+        orchestrator = Orchestrator(
+            self.backend,
+            tools,
+            model_name=self.model_name,
+            price=self.price,
+            preference=self.preference,
+            max_turns=self.max_turns,
+            max_tokens=self.max_tokens,
+            temperature=self.temperature,
+        )
         trajectory = await orchestrator.run(shown)
         trajectory.policy = self.name
         return trajectory

@@ -102,8 +102,12 @@ class TfidfCorrectness:
     def predict(self, tasks: Sequence[Task]) -> np.ndarray:
         """Shape (len(tasks), models)."""
         features = self._vectorizer.transform([router_text(task) for task in tasks])
-        columns = [np.full(features.shape[0], classifier) if isinstance(classifier, float)
-                   else classifier.predict_proba(features)[:, 1] for classifier in self._classifiers]
+        columns = [
+            np.full(features.shape[0], classifier)
+            if isinstance(classifier, float)
+            else classifier.predict_proba(features)[:, 1]
+            for classifier in self._classifiers
+        ]
         return np.stack(columns, axis=1)
 
 
@@ -114,8 +118,12 @@ def folds(count: int, number: int = 5, seed: int = 0) -> list[tuple[np.ndarray, 
     return list(KFold(number, shuffle=True, random_state=seed).split(np.zeros((count, 1))))
 
 
-def cross_fit(make: Callable[[], Predictor], tasks: Sequence[Task], grades: np.ndarray,
-              splits: Sequence[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+def cross_fit(
+    make: Callable[[], Predictor],
+    tasks: Sequence[Task],
+    grades: np.ndarray,
+    splits: Sequence[tuple[np.ndarray, np.ndarray]],
+) -> np.ndarray:
     """Each task's prediction by a fresh `make()` fitted on the tasks outside its fold."""
     predicted = np.zeros(grades.shape)
     for fitted, held in splits:
@@ -136,6 +144,11 @@ def target_picks(cost: np.ndarray, probabilities: np.ndarray, weights: dict[str,
     outcome-model targets ask for."""
     from toolorchestra.reward import expected_group_rewards
 
-    return [int(np.argmax(expected_group_rewards([{"cost": dollars} for dollars in cost[row]],
-                                                 list(probabilities[row]), weights)))
-            for row in range(len(cost))]
+    return [
+        int(
+            np.argmax(
+                expected_group_rewards([{"cost": dollars} for dollars in cost[row]], list(probabilities[row]), weights)
+            )
+        )
+        for row in range(len(cost))
+    ]

@@ -25,8 +25,9 @@ from toolorchestra.errors import UserError
 CHUNKS_PER_WORKER = 4
 
 
-def run_eval_ray(request: EvalRequest, policies: Sequence[Any], tasks: Sequence[Task],
-                 env: Any = None) -> dict[str, Any]:
+def run_eval_ray(
+    request: EvalRequest, policies: Sequence[Any], tasks: Sequence[Task], env: Any = None
+) -> dict[str, Any]:
     """Play the pending episodes on Ray actors; write and return the metrics as `evaluate` does."""
     from toolorchestra.agent.trajectory import write_trajectory
 
@@ -46,9 +47,14 @@ def _portable(request: EvalRequest) -> EvalRequest:
     """The request with absolute paths (actors may start elsewhere) and no progress bar."""
     from toolorchestra.envs.registry import resolve_data_dir
 
-    return replace(request, data_dir=resolve_data_dir(request.data_dir), out=request.out.resolve(),
-                   config=request.config.resolve() if request.config else None, progress=False,
-                   prices=request.prices.resolve() if request.prices else None)
+    return replace(
+        request,
+        data_dir=resolve_data_dir(request.data_dir),
+        out=request.out.resolve(),
+        config=request.config.resolve() if request.config else None,
+        progress=False,
+        prices=request.prices.resolve() if request.prices else None,
+    )
 
 
 def _play_on_ray(request: EvalRequest, task_ids: list[str], done: set[tuple[str, str]]) -> Any:
@@ -63,7 +69,7 @@ def _play_on_ray(request: EvalRequest, task_ids: list[str], done: set[tuple[str,
     worker_class: Any = ray.remote(num_cpus=0)(EvalWorker)
     workers = [worker_class.remote(request) for _ in range(min(request.num_workers, len(task_ids)))]
     size = max(1, -(-len(task_ids) // (len(workers) * CHUNKS_PER_WORKER)))
-    chunks = [task_ids[start:start + size] for start in range(0, len(task_ids), size)]
+    chunks = [task_ids[start : start + size] for start in range(0, len(task_ids), size)]
     running = {}
     for worker in workers:
         if chunks:
@@ -90,8 +96,12 @@ def _init_ray(request: EvalRequest) -> None:
     if request.ray_address:
         ray.init(address=request.ray_address, runtime_env={"env_vars": env_vars}, log_to_driver=False)
     else:
-        ray.init(num_cpus=max(os.cpu_count() or 1, request.num_workers), include_dashboard=False,
-                 log_to_driver=False, runtime_env={"env_vars": env_vars})
+        ray.init(
+            num_cpus=max(os.cpu_count() or 1, request.num_workers),
+            include_dashboard=False,
+            log_to_driver=False,
+            runtime_env={"env_vars": env_vars},
+        )
 
 
 class EvalWorker:
@@ -104,8 +114,9 @@ class EvalWorker:
         self.request = request
         self.env = build_env(request)
         self.tasks = {task.id: task for task in self.env.tasks(request.split)}
-        self.policies = parse_policy(request.policy, self.env, seed=request.seed,
-                                     orchestrator=orchestrator_factory(request))
+        self.policies = parse_policy(
+            request.policy, self.env, seed=request.seed, orchestrator=orchestrator_factory(request)
+        )
 
     async def run(self, task_ids: list[str], done: list[tuple[str, str]]) -> list[Any]:
         """The trajectories of these tasks' unfinished episodes (an async actor method: Ray runs it in the

@@ -89,8 +89,9 @@ def find_metric_files(paths: Sequence[Path]) -> list[Path]:
         elif (path / "metrics.json").is_file():
             found.append(path / "metrics.json")
         elif path.is_dir():
-            found.extend(sorted(child / "metrics.json" for child in path.iterdir()
-                                if (child / "metrics.json").is_file()))
+            found.extend(
+                sorted(child / "metrics.json" for child in path.iterdir() if (child / "metrics.json").is_file())
+            )
         else:
             raise UserError(f"report: {path} is not a directory with metrics.json (run `toolorchestra eval` first)")
     if not found:
@@ -108,13 +109,21 @@ def load_runs(paths: Sequence[Path]) -> list[Run]:
         env, split = str(metrics.get("env", "?")), str(metrics.get("split", "?"))
         if metrics.get("kind") == "sweep":
             for entry in metrics["sweep"]:
-                runs.append(Run(entry["policy"], env, split, entry, metrics_path.parent,
-                                sweep=str(metrics.get("spec"))))
+                runs.append(
+                    Run(entry["policy"], env, split, entry, metrics_path.parent, sweep=str(metrics.get("spec")))
+                )
         elif isinstance(metrics.get("by_preference"), dict):  # an exported results dir
             for preference, entry in metrics["by_preference"].items():
-                runs.append(Run(str(entry.get("policy", metrics.get("policy"))), str(entry.get("env", env)),
-                                str(entry.get("split", split)), entry, metrics_path.parent,
-                                extra={"preference": None if preference == "default" else preference}))
+                runs.append(
+                    Run(
+                        str(entry.get("policy", metrics.get("policy"))),
+                        str(entry.get("env", env)),
+                        str(entry.get("split", split)),
+                        entry,
+                        metrics_path.parent,
+                        extra={"preference": None if preference == "default" else preference},
+                    )
+                )
         elif "accuracy" in metrics:
             runs.append(Run(str(metrics["policy"]), env, split, metrics, metrics_path.parent))
         else:
@@ -222,30 +231,58 @@ def _draw_group(axis: Any, group: Sequence[Run]) -> None:
             style["color"] = next(baseline_colors, "tab:gray")
         if run.kind == "orchestrator":
             style["color"] = orchestrator_colors.setdefault(
-                run.display, _ORCHESTRATOR_COLORS[len(orchestrator_colors) % len(_ORCHESTRATOR_COLORS)])
-        label = {"single": None, "oracle": "oracle (upper bound)"}.get(run.kind,
-                                                                      f"{run.display} (n={run.metrics['n']})")
+                run.display, _ORCHESTRATOR_COLORS[len(orchestrator_colors) % len(_ORCHESTRATOR_COLORS)]
+            )
+        label = {"single": None, "oracle": "oracle (upper bound)"}.get(
+            run.kind, f"{run.display} (n={run.metrics['n']})"
+        )
         axis.scatter([x], [run.accuracy], label=label, zorder=3, **style)
         if run.kind == "orchestrator" and run.preference:
-            axis.annotate(f"prefer {run.preference}", (x, run.accuracy), fontsize=8, xytext=(6, -11),
-                          textcoords="offset points", color=style["color"])
+            axis.annotate(
+                f"prefer {run.preference}",
+                (x, run.accuracy),
+                fontsize=8,
+                xytext=(6, -11),
+                textcoords="offset points",
+                color=style["color"],
+            )
         if run.kind == "single":
-            axis.annotate(_short(run.policy.split(":", 1)[1]), (x, run.accuracy), fontsize=7, xytext=(4, 3),
-                          textcoords="offset points", color="0.3")
+            axis.annotate(
+                _short(run.policy.split(":", 1)[1]),
+                (x, run.accuracy),
+                fontsize=7,
+                xytext=(4, 3),
+                textcoords="offset points",
+                color="0.3",
+            )
     sweeps: dict[str, list[Run]] = {}
     for run in group:
         if run.kind == "sweep":
             sweeps.setdefault(f"{run.sweep}@{run.extra.get('sweep_key', run.source)}", []).append(run)
     for points in sweeps.values():
         points.sort(key=lambda run: run.cost_per_task)
-        axis.plot([cost_x(p) for p in points], [p.accuracy for p in points], "-^",
-                  color="tab:orange", markersize=5, label=f"{points[0].sweep} sweep (n={points[0].metrics['n']})",
-                  zorder=2)
+        axis.plot(
+            [cost_x(p) for p in points],
+            [p.accuracy for p in points],
+            "-^",
+            color="tab:orange",
+            markersize=5,
+            label=f"{points[0].sweep} sweep (n={points[0].metrics['n']})",
+            zorder=2,
+        )
     candidates = [run for run in group if run.kind != "oracle"]
     front = [candidates[i] for i in pareto_front([(r.cost_per_task, r.accuracy) for r in candidates])]
     if len(front) > 1:
-        axis.step([cost_x(r) for r in front], [r.accuracy for r in front], where="post",
-                  linestyle="--", color="0.4", linewidth=1, label="Pareto frontier", zorder=1)
+        axis.step(
+            [cost_x(r) for r in front],
+            [r.accuracy for r in front],
+            where="post",
+            linestyle="--",
+            color="0.4",
+            linewidth=1,
+            label="Pareto frontier",
+            zorder=1,
+        )
     axis.scatter([], [], label="single models", **_STYLE["single"])
     axis.set_xscale("log")
     axis.set_xlabel("dollars per task (log scale)")
@@ -284,8 +321,9 @@ def plot_usage(runs: Sequence[Run], path: Path) -> None:
     plt.close(figure)
 
 
-def _stacked(axis: Any, names: list[str], runs: Sequence[Run], keys: list[str], field_name: str,
-             colors: list[Any]) -> None:
+def _stacked(
+    axis: Any, names: list[str], runs: Sequence[Run], keys: list[str], field_name: str, colors: list[Any]
+) -> None:
     left = [0.0] * len(runs)
     positions = list(range(len(runs)))
     for key, color in zip(keys, colors, strict=True):
@@ -331,9 +369,14 @@ def preference_groups(runs: Sequence[Run]) -> list[PreferenceGroup]:
     groups = []
     for (policy, group, _), members in keyed.items():
         if len(members) >= 2:
-            members.sort(key=lambda run: (_PREFERENCE_ORDER.index(run.preference_label)
-                                          if run.preference_label in _PREFERENCE_ORDER else len(_PREFERENCE_ORDER),
-                                          run.preference_label))
+            members.sort(
+                key=lambda run: (
+                    _PREFERENCE_ORDER.index(run.preference_label)
+                    if run.preference_label in _PREFERENCE_ORDER
+                    else len(_PREFERENCE_ORDER),
+                    run.preference_label,
+                )
+            )
             groups.append(PreferenceGroup(policy, group, members))
     return groups
 
@@ -362,8 +405,11 @@ def _target(preference: str) -> tuple[str, Callable[[Run], float], bool] | None:
         return "lowest mean latency", lambda run: float(run.metrics.get("latency_s", {}).get("mean", 0.0)), False
     if preference.startswith("tool:") and "=" not in preference and "," not in preference:
         name = preference[5:]
-        return (f"most {name} calls / task",
-                lambda run: float(run.metrics.get("calls_per_tool", {}).get(name, 0)) / max(run.metrics["n"], 1), True)
+        return (
+            f"most {name} calls / task",
+            lambda run: float(run.metrics.get("calls_per_tool", {}).get(name, 0)) / max(run.metrics["n"], 1),
+            True,
+        )
     return None
 
 
@@ -374,12 +420,25 @@ def _adherence(run: Run, group: PreferenceGroup) -> str:
     description, value, higher = target
     values = [value(other) for other in group.runs]
     best = max(values) if higher else min(values)
-    return f"yes ({description})" if value(run) == best else f"no ({description}: " + ", ".join(
-        other.preference_label for other, v in zip(group.runs, values, strict=True) if v == best) + ")"
+    return (
+        f"yes ({description})"
+        if value(run) == best
+        else f"no ({description}: "
+        + ", ".join(other.preference_label for other, v in zip(group.runs, values, strict=True) if v == best)
+        + ")"
+    )
 
 
-PREFERENCE_COLUMNS = ("preference", "n", "accuracy", "cost $", "$ / task", "latency mean s", "best on its target",
-                      "final answer by (share of tasks)")
+PREFERENCE_COLUMNS = (
+    "preference",
+    "n",
+    "accuracy",
+    "cost $",
+    "$ / task",
+    "latency mean s",
+    "best on its target",
+    "final answer by (share of tasks)",
+)
 
 
 def _preference_rows(group: PreferenceGroup) -> list[list[str]]:
@@ -387,9 +446,18 @@ def _preference_rows(group: PreferenceGroup) -> list[list[str]]:
     for run in group.runs:
         count = max(int(run.metrics["n"]), 1)
         shares = ", ".join(f"{_short(name)} {n} ({n / count:.0%})" for name, n in answer_distribution(run).items())
-        rows.append([run.preference_label, str(run.metrics["n"]), f"{run.accuracy:.4f}",
-                     f"{run.metrics['cost_usd']:.4f}", f"{run.cost_per_task:.6f}",
-                     f"{run.metrics.get('latency_s', {}).get('mean', 0):.2f}", _adherence(run, group), shares])
+        rows.append(
+            [
+                run.preference_label,
+                str(run.metrics["n"]),
+                f"{run.accuracy:.4f}",
+                f"{run.metrics['cost_usd']:.4f}",
+                f"{run.cost_per_task:.6f}",
+                f"{run.metrics.get('latency_s', {}).get('mean', 0):.2f}",
+                _adherence(run, group),
+                shares,
+            ]
+        )
     return rows
 
 
@@ -415,21 +483,28 @@ def plot_preferences(groups: Sequence[PreferenceGroup], path: Path) -> None:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    figure, axes = plt.subplots(len(groups), 2, figsize=(16, 4.8 * len(groups)), squeeze=False,
-                                gridspec_kw={"width_ratios": [1.1, 1]})
+    figure, axes = plt.subplots(
+        len(groups), 2, figsize=(16, 4.8 * len(groups)), squeeze=False, gridspec_kw={"width_ratios": [1.1, 1]}
+    )
     palette = plt.get_cmap("tab20")
     for (bars, stack), group in zip(axes, groups, strict=True):
         labels = [run.preference_label for run in group.runs]
         x = np.arange(len(labels))
         width = 0.38
-        accuracy = bars.bar(x - width / 2, [run.accuracy for run in group.runs], width, color="tab:blue",
-                            label="accuracy (left axis)")
+        accuracy = bars.bar(
+            x - width / 2, [run.accuracy for run in group.runs], width, color="tab:blue", label="accuracy (left axis)"
+        )
         bars.bar_label(accuracy, fmt="%.3f", fontsize=8)
         bars.set_ylim(0, 1.1)
         bars.set_ylabel("accuracy")
         dollars = bars.twinx()
-        cost = dollars.bar(x + width / 2, [run.cost_per_task for run in group.runs], width, color="tab:orange",
-                           label="$ / task (right axis)")
+        cost = dollars.bar(
+            x + width / 2,
+            [run.cost_per_task for run in group.runs],
+            width,
+            color="tab:orange",
+            label="$ / task (right axis)",
+        )
         dollars.bar_label(cost, labels=[f"{run.cost_per_task:.2g}" for run in group.runs], fontsize=8)
         dollars.set_ylim(0, max([run.cost_per_task for run in group.runs] + [1e-9]) * 1.2)
         dollars.set_ylabel("dollars per task")
@@ -446,8 +521,12 @@ def plot_preferences(groups: Sequence[PreferenceGroup], path: Path) -> None:
         names += [name for name in (SELF, NO_ANSWER) if name in totals]
         bottom = np.zeros(len(labels))
         for index, name in enumerate(names):
-            shares = np.array([d.get(name, 0) / max(int(run.metrics["n"]), 1)
-                               for d, run in zip(distributions, group.runs, strict=True)])
+            shares = np.array(
+                [
+                    d.get(name, 0) / max(int(run.metrics["n"]), 1)
+                    for d, run in zip(distributions, group.runs, strict=True)
+                ]
+            )
             color = {SELF: "0.3", NO_ANSWER: "0.85"}.get(name, palette(index % 20))
             stack.bar(x, shares, 0.6, bottom=bottom, color=color, label=_short(name), edgecolor="white", linewidth=0.5)
             bottom += shares
@@ -463,44 +542,81 @@ def plot_preferences(groups: Sequence[PreferenceGroup], path: Path) -> None:
 
 
 def _preference_markdown(groups: Sequence[PreferenceGroup], figure: Path) -> list[str]:
-    parts = ["## Preference adherence", "",
-             "Runs of one orchestrator that differ only in `--prefer`. *best on its target*: whether the run is the "
-             "best of its group on what its preference asks for (accuracy: highest accuracy; cost: lowest $ / task; "
-             "latency: lowest mean latency; tool:NAME: most NAME calls per task). *final answer by*: the model that "
-             "wrote the final answer (answered_by), the orchestrator itself, or no answer.", ""]
+    parts = [
+        "## Preference adherence",
+        "",
+        "Runs of one orchestrator that differ only in `--prefer`. *best on its target*: whether the run is the "
+        "best of its group on what its preference asks for (accuracy: highest accuracy; cost: lowest $ / task; "
+        "latency: lowest mean latency; tool:NAME: most NAME calls per task). *final answer by*: the model that "
+        "wrote the final answer (answered_by), the orchestrator itself, or no answer.",
+        "",
+    ]
     for group in groups:
         header, rows = _preference_subtask_table(group)
-        parts += [f"### {group.title}", "", _markdown_table(PREFERENCE_COLUMNS, _preference_rows(group)), "",
-                  "Per subtask:", "", _markdown_table(header, rows), ""]
+        parts += [
+            f"### {group.title}",
+            "",
+            _markdown_table(PREFERENCE_COLUMNS, _preference_rows(group)),
+            "",
+            "Per subtask:",
+            "",
+            _markdown_table(header, rows),
+            "",
+        ]
     parts += [f"![preference adherence]({figure.name})", ""]
     return parts
 
 
 def _preference_html(groups: Sequence[PreferenceGroup], figure: Path) -> list[str]:
-    sections = ["<h2>Preference adherence</h2>",
-                "<p>Runs of one orchestrator that differ only in <code>--prefer</code>. <em>best on its target</em>: "
-                "whether the run is the best of its group on what its preference asks for. <em>final answer by</em>: "
-                "the model that wrote the final answer (answered_by), the orchestrator itself, or no answer.</p>"]
+    sections = [
+        "<h2>Preference adherence</h2>",
+        "<p>Runs of one orchestrator that differ only in <code>--prefer</code>. <em>best on its target</em>: "
+        "whether the run is the best of its group on what its preference asks for. <em>final answer by</em>: "
+        "the model that wrote the final answer (answered_by), the orchestrator itself, or no answer.</p>",
+    ]
     for index, group in enumerate(groups):
         header, rows = _preference_subtask_table(group)
-        sections += [f"<h3>{html.escape(group.title)}</h3>",
-                     _html_table(PREFERENCE_COLUMNS, _preference_rows(group), f"preferences-{index}"),
-                     "<p>Per subtask:</p>", _html_table(header, rows, f"preference-subtasks-{index}")]
+        sections += [
+            f"<h3>{html.escape(group.title)}</h3>",
+            _html_table(PREFERENCE_COLUMNS, _preference_rows(group), f"preferences-{index}"),
+            "<p>Per subtask:</p>",
+            _html_table(header, rows, f"preference-subtasks-{index}"),
+        ]
     sections.append(f'<img id="preferences" alt="preference adherence" src="{_data_uri(figure)}">')
     return sections
 
 
 # --- tables ------------------------------------------------------------------------------------
-COLUMNS = ("policy", "env / split", "n", "accuracy", "cost $", "$ / task", "latency mean s", "p50 s", "p95 s",
-           "calls / task", "frontier")
+COLUMNS = (
+    "policy",
+    "env / split",
+    "n",
+    "accuracy",
+    "cost $",
+    "$ / task",
+    "latency mean s",
+    "p50 s",
+    "p95 s",
+    "calls / task",
+    "frontier",
+)
 
 
 def _row(run: Run, on_front: set[int]) -> list[str]:
     latency = run.metrics.get("latency_s", {})
-    return [run.display, run.group, str(run.metrics["n"]), f"{run.accuracy:.4f}", f"{run.metrics['cost_usd']:.4f}",
-            f"{run.cost_per_task:.6f}", f"{latency.get('mean', 0):.2f}", f"{latency.get('p50', 0):.2f}",
-            f"{latency.get('p95', 0):.2f}", f"{run.metrics.get('tool_calls_per_task', 0):.2f}",
-            "yes" if id(run) in on_front else ""]
+    return [
+        run.display,
+        run.group,
+        str(run.metrics["n"]),
+        f"{run.accuracy:.4f}",
+        f"{run.metrics['cost_usd']:.4f}",
+        f"{run.cost_per_task:.6f}",
+        f"{latency.get('mean', 0):.2f}",
+        f"{latency.get('p50', 0):.2f}",
+        f"{latency.get('p95', 0):.2f}",
+        f"{run.metrics.get('tool_calls_per_task', 0):.2f}",
+        "yes" if id(run) in on_front else "",
+    ]
 
 
 def _ordered(runs: Sequence[Run]) -> list[Run]:
@@ -529,16 +645,34 @@ def _markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str
 def render_markdown(runs: Sequence[Run], on_front: set[int], figures: dict[str, Path]) -> str:
     main = [run for run in _ordered(runs) if run.kind != "sweep"]
     sweep = [run for run in _ordered(runs) if run.kind == "sweep"]
-    parts = ["# ToolOrchestra evaluation report", "",
-             "Accuracy and dollars of every run; `frontier` marks runs no other run (oracle excluded) beats "
-             "on both accuracy and cost per task.", "", "## Comparison", "",
-             _markdown_table(COLUMNS, [_row(run, on_front) for run in main]), ""]
+    parts = [
+        "# ToolOrchestra evaluation report",
+        "",
+        "Accuracy and dollars of every run; `frontier` marks runs no other run (oracle excluded) beats "
+        "on both accuracy and cost per task.",
+        "",
+        "## Comparison",
+        "",
+        _markdown_table(COLUMNS, [_row(run, on_front) for run in main]),
+        "",
+    ]
     if sweep:
         parts += ["## Sweeps", "", _markdown_table(COLUMNS, [_row(run, on_front) for run in sweep]), ""]
     header, rows = _subtask_table(runs)
-    parts += ["## Accuracy per subtask (n)", "", _markdown_table(header, rows), "",
-              "## Accuracy vs cost", "", f"![accuracy vs cost]({figures['pareto'].name})", "",
-              "## Tool and model usage", "", f"![usage]({figures['usage'].name})", ""]
+    parts += [
+        "## Accuracy per subtask (n)",
+        "",
+        _markdown_table(header, rows),
+        "",
+        "## Accuracy vs cost",
+        "",
+        f"![accuracy vs cost]({figures['pareto'].name})",
+        "",
+        "## Tool and model usage",
+        "",
+        f"![usage]({figures['usage'].name})",
+        "",
+    ]
     if "preferences" in figures:
         parts += _preference_markdown(preference_groups(runs), figures["preferences"])
     return "\n".join(parts)
@@ -562,12 +696,14 @@ def render_html(runs: Sequence[Run], on_front: set[int], figures: dict[str, Path
         "<h1>ToolOrchestra evaluation report</h1>",
         "<p>Accuracy and dollars of every run; <em>frontier</em> marks runs no other run (oracle excluded) "
         "beats on both accuracy and cost per task.</p>",
-        "<h2>Comparison</h2>", _html_table(COLUMNS, [_row(run, on_front) for run in main], "comparison"),
+        "<h2>Comparison</h2>",
+        _html_table(COLUMNS, [_row(run, on_front) for run in main], "comparison"),
     ]
     if sweep:
         sections += ["<h2>Sweeps</h2>", _html_table(COLUMNS, [_row(run, on_front) for run in sweep], "sweeps")]
     sections += [
-        "<h2>Accuracy per subtask (n)</h2>", _html_table(header, rows, "subtasks"),
+        "<h2>Accuracy per subtask (n)</h2>",
+        _html_table(header, rows, "subtasks"),
         "<h2>Accuracy vs cost</h2>",
         f'<img id="pareto" alt="accuracy vs cost" src="{_data_uri(figures["pareto"])}">',
         "<h2>Tool and model usage</h2>",
@@ -575,8 +711,12 @@ def render_html(runs: Sequence[Run], on_front: set[int], figures: dict[str, Path
     ]
     if "preferences" in figures:
         sections += _preference_html(preference_groups(runs), figures["preferences"])
-    style = ("body{font-family:sans-serif;margin:2em;max-width:1500px}table{border-collapse:collapse;margin:1em 0}"
-             "th,td{border:1px solid #ccc;padding:3px 8px;font-size:13px;text-align:right}"
-             "td:first-child,td:nth-child(2),th{text-align:left}th{background:#eee}img{max-width:100%}")
-    return ("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>ToolOrchestra evaluation report</title>"
-            f"<style>{style}</style></head><body>\n" + "\n".join(sections) + "\n</body></html>\n")
+    style = (
+        "body{font-family:sans-serif;margin:2em;max-width:1500px}table{border-collapse:collapse;margin:1em 0}"
+        "th,td{border:1px solid #ccc;padding:3px 8px;font-size:13px;text-align:right}"
+        "td:first-child,td:nth-child(2),th{text-align:left}th{background:#eee}img{max-width:100%}"
+    )
+    return (
+        '<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>ToolOrchestra evaluation report</title>'
+        f"<style>{style}</style></head><body>\n" + "\n".join(sections) + "\n</body></html>\n"
+    )

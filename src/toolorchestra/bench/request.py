@@ -69,8 +69,13 @@ class EvalRequest:
         if self.hold_out_models:
             fields["hold_out_models"] = list(self.hold_out_models)
         if self.policy.startswith("orchestrator:"):
-            fields.update(config=str(self.config) if self.config else None, prefer=self.prefer,
-                          max_turns=self.max_turns, max_tokens=self.max_tokens, tools=self.tools)
+            fields.update(
+                config=str(self.config) if self.config else None,
+                prefer=self.prefer,
+                max_turns=self.max_turns,
+                max_tokens=self.max_tokens,
+                tools=self.tools,
+            )
         return fields
 
 
@@ -93,8 +98,9 @@ def _check_hold_out(env: Env, names: Sequence[str]) -> None:
     labels: set[str] = {env.label(model) for model in models} if isinstance(env, LabeledModels) else set()
     unknown = [name for name in names if name not in models and name not in labels]
     if unknown:
-        raise UserError(f"--hold-out-models: {env.name} has no model {', '.join(map(repr, unknown))}; models: "
-                        f"{', '.join(models)}")
+        raise UserError(
+            f"--hold-out-models: {env.name} has no model {', '.join(map(repr, unknown))}; models: {', '.join(models)}"
+        )
 
 
 def tasks_with_ids(tasks: Sequence[Task], task_ids: Sequence[str], where: str) -> list[Task]:
@@ -127,8 +133,13 @@ async def run_episode(env: Env, policy: Policy, task: Task) -> Trajectory:
     try:
         trajectory = await policy.run(task, env.tools_for(task))
     except Exception as exc:  # recorded, so the run goes on and the report shows the failure
-        trajectory = Trajectory(task_id=task.id, policy=policy.name, question=task.prompt, stop_reason="error",
-                                score_details={"error": f"{exc.__class__.__name__}: {exc}"})
+        trajectory = Trajectory(
+            task_id=task.id,
+            policy=policy.name,
+            question=task.prompt,
+            stop_reason="error",
+            score_details={"error": f"{exc.__class__.__name__}: {exc}"},
+        )
     finally:
         current_task.reset(token)
     score = await env.ascore(task, trajectory) if isinstance(env, AsyncScoring) else env.score(task, trajectory)
@@ -153,8 +164,9 @@ def _env_options(request: EvalRequest) -> dict[str, Any]:
     catalog = load_catalog(request.config)
     names = [spec.name for spec in catalog.models]
     if request.judge not in names:
-        raise UserError(f"--judge {request.judge}: no such model in --config {request.config}; its models are "
-                        f"{', '.join(names)}")
+        raise UserError(
+            f"--judge {request.judge}: no such model in --config {request.config}; its models are {', '.join(names)}"
+        )
     return {"judge": LLMJudge(ModelPool(catalog.models).backend(request.judge))}
 
 
@@ -171,24 +183,47 @@ def orchestrator_factory(request: EvalRequest) -> Callable[[str], Policy]:
             catalog = load_catalog(request.config)
             names = [spec.name for spec in catalog.models]
             if model not in names:
-                raise UserError(f"--policy orchestrator:{model}: no model {model!r} in --config {request.config}; "
-                                f"its models are {', '.join(names)}")
+                raise UserError(
+                    f"--policy orchestrator:{model}: no model {model!r} in --config {request.config}; "
+                    f"its models are {', '.join(names)}"
+                )
             spec = catalog.model(model)
             backend = ModelPool(catalog.models).backend(model)
         elif model in local_orchestrators() or Path(model).exists():
-            spec = ModelSpec(name=model, backend=LocalBackendSpec(path=model), price=Price(),
-                             latency=LatencyPrior(overhead_s=0.05, output_tokens_per_s=25.0))
+            spec = ModelSpec(
+                name=model,
+                backend=LocalBackendSpec(path=model),
+                price=Price(),
+                latency=LatencyPrior(overhead_s=0.05, output_tokens_per_s=25.0),
+            )
             backend = make_backend(spec)
         else:
-            raise UserError(f"--policy orchestrator:{model}: unknown orchestrator model; valid: "
-                            f"{', '.join(local_orchestrators())} (embedded), a local model path or .gguf file, "
-                            "or a model named in --config CATALOG (e.g. an OpenAI-compatible server)")
-        return OrchestratorPolicy(f"orchestrator:{model}", backend, model_name=model, price=spec.price,
-                                  preference=preference, max_turns=request.max_turns, max_tokens=request.max_tokens,
-                                  tools=request.tools)
+            raise UserError(
+                f"--policy orchestrator:{model}: unknown orchestrator model; valid: "
+                f"{', '.join(local_orchestrators())} (embedded), a local model path or .gguf file, "
+                "or a model named in --config CATALOG (e.g. an OpenAI-compatible server)"
+            )
+        return OrchestratorPolicy(
+            f"orchestrator:{model}",
+            backend,
+            model_name=model,
+            price=spec.price,
+            preference=preference,
+            max_turns=request.max_turns,
+            max_tokens=request.max_tokens,
+            tools=request.tools,
+        )
 
     return build
 
 
-__all__ = ["LOCAL_ORCHESTRATORS", "EvalRequest", "build_env", "first_per_subtask", "local_orchestrators",
-           "orchestrator_factory", "run_episode", "tasks_with_ids"]
+__all__ = [
+    "LOCAL_ORCHESTRATORS",
+    "EvalRequest",
+    "build_env",
+    "first_per_subtask",
+    "local_orchestrators",
+    "orchestrator_factory",
+    "run_episode",
+    "tasks_with_ids",
+]

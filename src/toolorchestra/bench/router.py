@@ -29,8 +29,7 @@ SWEEP = (0.0, 0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.0, 5.0, 10.0)
 class CorrectnessRouter:
     """Per-model correctness classifiers over shared TF-IDF features (bench/predictors.py, C = 0.3)."""
 
-    def __init__(self, models: Sequence[str], mean_cost: Sequence[float], reference_cost: float,
-                 seed: int = 0) -> None:
+    def __init__(self, models: Sequence[str], mean_cost: Sequence[float], reference_cost: float, seed: int = 0) -> None:
         self.models = list(models)
         self.mean_cost = np.asarray(mean_cost, dtype=float)
         self.relative_cost = self.mean_cost / reference_cost if reference_cost > 0 else np.zeros_like(self.mean_cost)

@@ -49,8 +49,10 @@ def claim_dir(out: Path, manifest: dict[str, Any], outputs: Sequence[str] = (TRA
         except json.JSONDecodeError:
             existing = None
         if existing != manifest:
-            raise UserError(f"--out {out}: holds a different run ({manifest_path}: {existing}); "
-                            f"this run is {manifest}. Use another --out, or delete the dir to start over.")
+            raise UserError(
+                f"--out {out}: holds a different run ({manifest_path}: {existing}); "
+                f"this run is {manifest}. Use another --out, or delete the dir to start over."
+            )
         return
     present = [name for name in outputs if (out / name).exists()]
     if present:
@@ -94,17 +96,24 @@ def read_saved_trajectories(path: Path) -> list[Trajectory]:
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise UserError(f"{where}:{number}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at column "
-                            f"{exc.start + 1}); expected a saved trajectory (one JSON object). {_LEAVE_IT}") from None
+            raise UserError(
+                f"{where}:{number}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at column "
+                f"{exc.start + 1}); expected a saved trajectory (one JSON object). {_LEAVE_IT}"
+            ) from None
         try:
             record = json.loads(text)
         except (ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
-            log.warning("%s:%d: skipped, not a complete JSON line (%s); its episode runs again", path, number,
-                        exc.__class__.__name__)
+            log.warning(
+                "%s:%d: skipped, not a complete JSON line (%s); its episode runs again",
+                path,
+                number,
+                exc.__class__.__name__,
+            )
             continue
         if not isinstance(record, dict):
-            raise UserError(f"{where}:{number}: expected a JSON object (a saved trajectory), got "
-                            f"{_json_type(record)}. {_LEAVE_IT}")
+            raise UserError(
+                f"{where}:{number}: expected a JSON object (a saved trajectory), got {_json_type(record)}. {_LEAVE_IT}"
+            )
         for derived in ("cost_usd", "prompt_tokens", "completion_tokens"):
             record.pop(derived, None)
         try:
@@ -114,7 +123,7 @@ def read_saved_trajectories(path: Path) -> list[Trajectory]:
     return trajectories
 
 
-_LEAVE_IT = ("The file was left as it is: move it (or that line) away to resume, or use another --out")
+_LEAVE_IT = "The file was left as it is: move it (or that line) away to resume, or use another --out"
 
 
 def _json_type(value: object) -> str:
@@ -132,8 +141,9 @@ def _first_problem(exc: Exception) -> str:
     return f"field '{field}': {error['msg']}{got}"
 
 
-def collect_metrics(path: Path, policies: Sequence[Policy], tasks: Sequence[Task],
-                    header: dict[str, Any]) -> dict[str, Any]:
+def collect_metrics(
+    path: Path, policies: Sequence[Policy], tasks: Sequence[Task], header: dict[str, Any]
+) -> dict[str, Any]:
     """Metrics per policy over `tasks` in task order, from the first saved trajectory of each."""
     saved: dict[tuple[str, str], Trajectory] = {}
     for trajectory in read_trajectories(path):
@@ -163,8 +173,9 @@ def add_hold_out_share(metrics: dict[str, Any], env: Env, names: Sequence[str]) 
         }
 
 
-def write_results(out: Path, env: Env | None, policies: Sequence[Policy], tasks: Sequence[Task],
-                  header: dict[str, Any]) -> dict[str, Any]:
+def write_results(
+    out: Path, env: Env | None, policies: Sequence[Policy], tasks: Sequence[Task], header: dict[str, Any]
+) -> dict[str, Any]:
     """metrics.json and decisions.csv of the dir from its saved trajectories; the metrics."""
     metrics = collect_metrics(out / TRAJECTORIES, policies, tasks, header)
     if header.get("hold_out_models") and env is not None:
@@ -174,5 +185,14 @@ def write_results(out: Path, env: Env | None, policies: Sequence[Policy], tasks:
     return metrics
 
 
-__all__ = ["MANIFEST", "METRICS", "TRAJECTORIES", "add_hold_out_share", "claim_dir", "collect_metrics",
-           "drop_torn_tail", "finished", "write_results"]
+__all__ = [
+    "MANIFEST",
+    "METRICS",
+    "TRAJECTORIES",
+    "add_hold_out_share",
+    "claim_dir",
+    "collect_metrics",
+    "drop_torn_tail",
+    "finished",
+    "write_results",
+]

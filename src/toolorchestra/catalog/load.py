@@ -26,7 +26,8 @@ embedded model stays available as `smollm2-135m`."""
 
 
 def default_catalog(corpus: Path | str | None = None) -> Catalog:
-    """The embedded pool: the trained SmolLM2 orchestrator, the untrained SmolLM2 as a weak expert, python, and local search.
+    """The embedded pool: the trained SmolLM2 orchestrator, the untrained SmolLM2 as a weak expert, python, and
+    local search.
 
     Search is offered when `corpus` (or the shared 2WikiMultiHopQA corpus beside the repo) exists.
     """
@@ -35,18 +36,18 @@ def default_catalog(corpus: Path | str | None = None) -> Catalog:
         raise ConfigError(f"--corpus {corpus_path}: file not found (expected JSON or JSONL of {{title, text}})")
     local = {"type": "local", "path": "smollm2-135m"}
     tools: list[dict[str, Any]] = [
-        {"name": "python", "type": "python", "description": "Run Python 3 code in a sandbox; returns stdout and stderr."},
+        {
+            "name": "python",
+            "type": "python",
+            "description": "Run Python 3 code in a sandbox; returns stdout and stderr.",
+        },
         {
             "name": "expert",
             "type": "llm",
             "description": "Ask a language model a self-contained question.",
             "models": {"expert-1": "smollm2-135m"},
         },
-        {
-            "name": "answer",
-            "type": "answer",
-            "description": "Give the final answer and end the episode.",
-        },
+        {"name": "answer", "type": "answer", "description": "Give the final answer and end the episode."},
     ]
     if corpus_path.exists():
         tools.insert(
@@ -68,7 +69,7 @@ def default_catalog(corpus: Path | str | None = None) -> Catalog:
                     "price": {"input_per_m": 0.0, "output_per_m": 0.0},
                     "latency": {"overhead_s": 0.05, "output_tokens_per_s": 25.0},
                     "description": "SmolLM2-135M-Instruct with the shipped routing adapter (trained on "
-                                   "replay:routerbench, see its model card), in process on the CPU",
+                    "replay:routerbench, see its model card), in process on the CPU",
                 },
                 {
                     "name": "smollm2-135m",
@@ -76,7 +77,7 @@ def default_catalog(corpus: Path | str | None = None) -> Catalog:
                     "price": {"input_per_m": 0.0, "output_per_m": 0.0},
                     "latency": {"overhead_s": 0.05, "output_tokens_per_s": 25.0},
                     "description": "SmolLM2-135M-Instruct, in process on the CPU",
-                }
+                },
             ],
             "tools": tools,
         }

@@ -55,7 +55,8 @@ class OpenAIBackendSpec(_Strict):
     timeout_s: float = Field(60.0, gt=0)
     max_retries: int = Field(3, ge=0)
     tokenizer: str | None = Field(
-        None, description="HF tokenizer used to count tokens when the server reports no usage")
+        None, description="HF tokenizer used to count tokens when the server reports no usage"
+    )
 
 
 class LocalBackendSpec(_Strict):
@@ -68,9 +69,7 @@ class LocalBackendSpec(_Strict):
     dtype: Literal["float32", "bfloat16", "float16", "auto"] = "float32"
     device: str = "cpu"
     max_batch_size: int = Field(8, ge=1)
-    guided_tool_calls: bool = Field(
-        True, description="constrain tool calls to the tools' JSON schemas with xgrammar"
-    )
+    guided_tool_calls: bool = Field(True, description="constrain tool calls to the tools' JSON schemas with xgrammar")
 
 
 class ReplayBackendSpec(_Strict):

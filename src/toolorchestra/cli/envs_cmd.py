@@ -26,8 +26,9 @@ def list_command() -> None:
 def describe_command(
     env: str = typer.Argument(..., help="Environment name, e.g. toolscale:all."),
     split: str = typer.Option("test", "--split", help="Which split to count."),
-    data_dir: Path | None = typer.Option(None, "--data-dir", help="Shared data dir. Default: $TOOLORCHESTRA_DATA "
-                                            "or ../shared/data."),
+    data_dir: Path | None = typer.Option(
+        None, "--data-dir", help="Shared data dir. Default: $TOOLORCHESTRA_DATA or ../shared/data."
+    ),
 ) -> None:
     """Print the task counts of a split: per domain and family for ToolScale, per subtask otherwise."""
     from toolorchestra.envs.registry import make_env

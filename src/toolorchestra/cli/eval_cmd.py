@@ -21,75 +21,161 @@ def register(app: typer.Typer) -> None:
 
 
 def eval_command(
-    env: str = typer.Option(..., "--env", help="Environment: replay:routerbench | replay:frames | replay:DIR (a "
-                            "directory in the replay format, docs/replay.md) | tau2:airline | tau2:retail | "
-                            "tau2:telecom | toolscale:DOMAIN | toolscale:all."),
-    policy: str | None = typer.Option(None, "--policy", help="single:MODEL | random | cheapest | per-subtask | "
-                                         "cascade[:LAMBDA] | router[:THRESHOLD] (no threshold: sweep) | oracle | "
-                                         "orchestrator:MODEL | gold | noop (toolscale envs). Required, except on tau2 (default: the pool's "
-                                         "orchestrator)."),
-    out: Path = typer.Option(..., "--out", help="Output dir for run.json, trajectories.jsonl, metrics.json (tau2: "
-                             "also tau2_results.json); rerunning into it resumes."),
-    split: str | None = typer.Option(None, "--split", help="replay: train | test (default test). tau2: a tau2 "
-                                        "task split (default base, the leaderboard's)."),
+    env: str = typer.Option(
+        ...,
+        "--env",
+        help="Environment: replay:routerbench | replay:frames | replay:DIR (a "
+        "directory in the replay format, docs/replay.md) | tau2:airline | tau2:retail | "
+        "tau2:telecom | toolscale:DOMAIN | toolscale:all.",
+    ),
+    policy: str | None = typer.Option(
+        None,
+        "--policy",
+        help="single:MODEL | random | cheapest | per-subtask | "
+        "cascade[:LAMBDA] | router[:THRESHOLD] (no threshold: sweep) | oracle | "
+        "orchestrator:MODEL | gold | noop (toolscale envs). Required, except on tau2 (default: the pool's "
+        "orchestrator).",
+    ),
+    out: Path = typer.Option(
+        ...,
+        "--out",
+        help="Output dir for run.json, trajectories.jsonl, metrics.json (tau2: "
+        "also tau2_results.json); rerunning into it resumes.",
+    ),
+    split: str | None = typer.Option(
+        None,
+        "--split",
+        help="replay: train | test (default test). tau2: a tau2 task split (default base, the leaderboard's).",
+    ),
     limit: int | None = typer.Option(None, "--limit", help="Only the first N tasks (a fixed mixed order)."),
-    per_subtask: int | None = typer.Option(None, "--per-subtask", help="Only the first N tasks of each subtask "
-                                              "(toolscale: domain/family), before --limit."),
+    per_subtask: int | None = typer.Option(
+        None, "--per-subtask", help="Only the first N tasks of each subtask (toolscale: domain/family), before --limit."
+    ),
     concurrency: int = typer.Option(8, "--concurrency", help="Episodes in flight at once (tau2: simulations)."),
-    seed: int | None = typer.Option(None, "--seed", help="Seed of the random policy and of fitted baselines "
-                                       "(default 0); tau2: of the trials (default 300, tau2's)."),
-    data_dir: Path | None = typer.Option(None, "--data-dir", help="Shared data dir. Default: $TOOLORCHESTRA_DATA "
-                                            "or ../shared/data."),
-    config: Path | None = typer.Option(None, "--config", "-c", help="Catalog YAML whose models orchestrator:MODEL "
-                                          "may name (e.g. an OpenAI-compatible server)."),
-    prefer: str | None = typer.Option(None, "--prefer", help="Orchestrator preference: accuracy | cost | latency | "
-                                         "KEY=WEIGHT,..."),
-    max_turns: int = typer.Option(4, "--max-turns", min=1, help="Orchestrator turn cap per episode (tau2: model "
-                                  "calls per agent message)."),
+    seed: int | None = typer.Option(
+        None,
+        "--seed",
+        help="Seed of the random policy and of fitted baselines "
+        "(default 0); tau2: of the trials (default 300, tau2's).",
+    ),
+    data_dir: Path | None = typer.Option(
+        None, "--data-dir", help="Shared data dir. Default: $TOOLORCHESTRA_DATA or ../shared/data."
+    ),
+    config: Path | None = typer.Option(
+        None,
+        "--config",
+        "-c",
+        help="Catalog YAML whose models orchestrator:MODEL may name (e.g. an OpenAI-compatible server).",
+    ),
+    prefer: str | None = typer.Option(
+        None, "--prefer", help="Orchestrator preference: accuracy | cost | latency | KEY=WEIGHT,..."
+    ),
+    max_turns: int = typer.Option(
+        4, "--max-turns", min=1, help="Orchestrator turn cap per episode (tau2: model calls per agent message)."
+    ),
     max_tokens: int = typer.Option(256, "--max-tokens", min=1, help="Orchestrator tokens per turn."),
-    tools: str | None = typer.Option(None, "--tools", help="Comma-separated tools offered to the orchestrator "
-                                        "(default: all the env offers, e.g. expert,answer)."),
-    judge: str | None = typer.Option(None, "--judge", help="replay:frames: grade free-text answers with this "
-                                        "model of --config (an LLM judge) instead of normalized matching."),
-    price_scale: list[str] | None = typer.Option(None, "--price-scale", help="replay: MODEL=X multiplies that "
-                                                    "model's prices and recorded costs by X at evaluation "
-                                                    "(repeatable; MODEL: a model name or its tool label)."),
-    prices: Path | None = typer.Option(None, "--prices", help="replay: a price sheet in the replay format "
-                                          "(prices.yaml layout); the models it prices are charged at its prices, "
-                                          "on tokens, even where a cost was recorded."),
-    hold_out_models: str | None = typer.Option(None, "--hold-out-models", help="replay: comma-separated models "
-                                                  "the orchestrator was trained without (train config "
-                                                  "sampler.hold_out_models); they stay in the pool, and the "
-                                                  "metrics count the calls and answers that went to them."),
-    delay: float = typer.Option(0.0, "--delay", min=0.0, hidden=True,
-                                help="Sleep this many seconds before each episode (tests kill a run mid-way)."),
+    tools: str | None = typer.Option(
+        None,
+        "--tools",
+        help="Comma-separated tools offered to the orchestrator (default: all the env offers, e.g. expert,answer).",
+    ),
+    judge: str | None = typer.Option(
+        None,
+        "--judge",
+        help="replay:frames: grade free-text answers with this "
+        "model of --config (an LLM judge) instead of normalized matching.",
+    ),
+    price_scale: list[str] | None = typer.Option(
+        None,
+        "--price-scale",
+        help="replay: MODEL=X multiplies that "
+        "model's prices and recorded costs by X at evaluation "
+        "(repeatable; MODEL: a model name or its tool label).",
+    ),
+    prices: Path | None = typer.Option(
+        None,
+        "--prices",
+        help="replay: a price sheet in the replay format "
+        "(prices.yaml layout); the models it prices are charged at its prices, "
+        "on tokens, even where a cost was recorded.",
+    ),
+    hold_out_models: str | None = typer.Option(
+        None,
+        "--hold-out-models",
+        help="replay: comma-separated models "
+        "the orchestrator was trained without (train config "
+        "sampler.hold_out_models); they stay in the pool, and the "
+        "metrics count the calls and answers that went to them.",
+    ),
+    delay: float = typer.Option(
+        0.0,
+        "--delay",
+        min=0.0,
+        hidden=True,
+        help="Sleep this many seconds before each episode (tests kill a run mid-way).",
+    ),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
-    use_ray: bool = typer.Option(False, "--ray", help="Run episodes on Ray actors (a local Ray unless "
-                                 "--ray-address); resume and metrics as without it (needs the ray extra)."),
-    num_workers: int = typer.Option(2, "--num-workers", min=1, help="--ray: actors, each with --concurrency "
-                                    "episodes in flight."),
-    ray_address: str | None = typer.Option(None, "--ray-address", help="--ray: a Ray cluster to join "
-                                              "(e.g. auto, or ray://HEAD:10001); default: start a local one."),
-    task_ids: str | None = typer.Option(None, "--task-ids", help="Only these comma-separated task ids (of --split; tau2: any split)."),
+    use_ray: bool = typer.Option(
+        False,
+        "--ray",
+        help="Run episodes on Ray actors (a local Ray unless "
+        "--ray-address); resume and metrics as without it (needs the ray extra).",
+    ),
+    num_workers: int = typer.Option(
+        2, "--num-workers", min=1, help="--ray: actors, each with --concurrency episodes in flight."
+    ),
+    ray_address: str | None = typer.Option(
+        None,
+        "--ray-address",
+        help="--ray: a Ray cluster to join (e.g. auto, or ray://HEAD:10001); default: start a local one.",
+    ),
+    task_ids: str | None = typer.Option(
+        None, "--task-ids", help="Only these comma-separated task ids (of --split; tau2: any split)."
+    ),
     num_trials: int = typer.Option(1, "--num-trials", help="tau2: trials per task (pass^k for k = 1..K)."),
     max_steps: int = typer.Option(200, "--max-steps", help="tau2: simulation step cap (tau2's max_steps)."),
     max_errors: int = typer.Option(10, "--max-errors", help="tau2: tool-error cap per simulation."),
-    user_model: str | None = typer.Option(None, "--user-model", help="tau2: the user simulator, a model of the "
-                                             "pool (default: the model behind the first expert label)."),
-    user_base_url: str | None = typer.Option(None, "--user-base-url", help="tau2: OpenAI-compatible base URL "
-                                                "serving --user-model under its pool name (e.g. a `toolorchestra "
-                                                "serve`); default: serve the pool in-process on 127.0.0.1."),
-    user_max_tokens: int | None = typer.Option(None, "--user-max-tokens", help="tau2: max tokens per user "
-                                                  "simulator turn (default: the server's)."),
+    user_model: str | None = typer.Option(
+        None,
+        "--user-model",
+        help="tau2: the user simulator, a model of the pool (default: the model behind the first expert label).",
+    ),
+    user_base_url: str | None = typer.Option(
+        None,
+        "--user-base-url",
+        help="tau2: OpenAI-compatible base URL "
+        "serving --user-model under its pool name (e.g. a `toolorchestra "
+        "serve`); default: serve the pool in-process on 127.0.0.1.",
+    ),
+    user_max_tokens: int | None = typer.Option(
+        None, "--user-max-tokens", help="tau2: max tokens per user simulator turn (default: the server's)."
+    ),
 ) -> None:
     """Evaluate POLICY on ENV: every episode's trajectory is saved as it ends, then metrics are written."""
     from toolorchestra.integrations.tau2.run import is_tau2_env
 
     if is_tau2_env(env):
-        _eval_tau2(env=env, policy=policy, out=out, split=split, limit=limit, concurrency=concurrency, seed=seed,
-                   config=config, prefer=prefer, max_turns=max_turns, max_tokens=max_tokens, task_ids=task_ids,
-                   num_trials=num_trials, max_steps=max_steps, max_errors=max_errors, user_model=user_model,
-                   user_base_url=user_base_url, user_max_tokens=user_max_tokens, progress=not no_progress)
+        _eval_tau2(
+            env=env,
+            policy=policy,
+            out=out,
+            split=split,
+            limit=limit,
+            concurrency=concurrency,
+            seed=seed,
+            config=config,
+            prefer=prefer,
+            max_turns=max_turns,
+            max_tokens=max_tokens,
+            task_ids=task_ids,
+            num_trials=num_trials,
+            max_steps=max_steps,
+            max_errors=max_errors,
+            user_model=user_model,
+            user_base_url=user_base_url,
+            user_max_tokens=user_max_tokens,
+            progress=not no_progress,
+        )
         return
     from toolorchestra.bench.eval import EvalRequest, run_eval
     from toolorchestra.envs.replay.world import parse_price_scale
@@ -99,15 +185,32 @@ def eval_command(
         raise UserError(f"--policy is required for --env {env}")
     if config is not None and not policy.startswith("orchestrator:") and not judge:
         _warn_unused_config(config, policy)
-    request = EvalRequest(env=env, policy=policy, out=out, split=split or "test", limit=limit,
-                          per_subtask=per_subtask, task_ids=_names(task_ids),
-                          concurrency=concurrency, seed=0 if seed is None else seed, data_dir=data_dir,
-                          config=config, prefer=prefer, max_turns=max_turns,
-                          max_tokens=max_tokens, delay_s=delay, progress=not no_progress, judge=judge,
-                          tools=[name.strip() for name in tools.split(",") if name.strip()] if tools else None,
-                          ray=use_ray, num_workers=num_workers, ray_address=ray_address,
-                          price_scale=parse_price_scale(price_scale) if price_scale else None, prices=prices,
-                          hold_out_models=_names(hold_out_models))
+    request = EvalRequest(
+        env=env,
+        policy=policy,
+        out=out,
+        split=split or "test",
+        limit=limit,
+        per_subtask=per_subtask,
+        task_ids=_names(task_ids),
+        concurrency=concurrency,
+        seed=0 if seed is None else seed,
+        data_dir=data_dir,
+        config=config,
+        prefer=prefer,
+        max_turns=max_turns,
+        max_tokens=max_tokens,
+        delay_s=delay,
+        progress=not no_progress,
+        judge=judge,
+        tools=[name.strip() for name in tools.split(",") if name.strip()] if tools else None,
+        ray=use_ray,
+        num_workers=num_workers,
+        ray_address=ray_address,
+        price_scale=parse_price_scale(price_scale) if price_scale else None,
+        prices=prices,
+        hold_out_models=_names(hold_out_models),
+    )
     metrics = run_eval(request)
     _print_metrics(metrics, out)
     _fail_if_every_episode_failed(metrics)
@@ -120,8 +223,12 @@ def _warn_unused_config(config: Path, policy: str) -> None:
     from toolorchestra.catalog import load_catalog
 
     load_catalog(config)
-    typer.secho(f"warning: --config {config} is not used by --policy {policy} (only orchestrator:MODEL policies "
-                "and --judge read it)", fg="yellow", err=True)
+    typer.secho(
+        f"warning: --config {config} is not used by --policy {policy} (only orchestrator:MODEL policies "
+        "and --judge read it)",
+        fg="yellow",
+        err=True,
+    )
 
 
 def _names(text: str | None) -> list[str] | None:
@@ -141,9 +248,12 @@ def _eval_tau2(*, env: str, out: Path, task_ids: str | None, progress: bool, **o
     def show(trajectory: Trajectory) -> None:
         details = trajectory.score_details
         error = f"  error: {details['error']}" if details.get("error") else ""
-        console.print(f"task {trajectory.task_id} trial {details.get('trial')}: reward {details.get('reward', 0):g} "
-                      f"({details.get('termination_reason')}), {details.get('duration_s', 0):.1f} s{error}",
-                      markup=False, soft_wrap=True)
+        console.print(
+            f"task {trajectory.task_id} trial {details.get('trial')}: reward {details.get('reward', 0):g} "
+            f"({details.get('termination_reason')}), {details.get('duration_s', 0):.1f} s{error}",
+            markup=False,
+            soft_wrap=True,
+        )
 
     metrics = run_tau2_eval(request, on_simulation=show if progress else None)
     _print_tau2_metrics(metrics, out, console)
@@ -152,27 +262,40 @@ def _eval_tau2(*, env: str, out: Path, task_ids: str | None, progress: bool, **o
 def _print_tau2_metrics(metrics: dict, out: Path, console: Console) -> None:
     from rich.table import Table
 
-    summary = Table(title=f"{metrics['env']} ({metrics['n_tasks']} tasks, {metrics['n_simulations']} simulations, "
-                          f"{metrics['policy']})")
+    summary = Table(
+        title=f"{metrics['env']} ({metrics['n_tasks']} tasks, {metrics['n_simulations']} simulations, "
+        f"{metrics['policy']})"
+    )
     for column in ("metric", "value"):
         summary.add_column(column)
     summary.add_row("mean reward", f"{metrics['mean_reward']:.4f}")
     for k, value in metrics["pass_hat_k"].items():
         summary.add_row(f"pass^{k}", f"{value:.4f}")
-    summary.add_row("terminations", ", ".join(f"{name} {count}" for name, count in
-                                               metrics["termination_reasons"].items()))
+    summary.add_row(
+        "terminations", ", ".join(f"{name} {count}" for name, count in metrics["termination_reasons"].items())
+    )
     console.print(summary)
     costs = Table(title="cost by group")
     for column in ("group", "calls", "prompt tok", "completion tok", "cost $", "seconds"):
         costs.add_column(column)
     for group in ("orchestrator", "experts", "user_simulator"):
         entry = metrics["cost"][group]
-        costs.add_row(group, str(entry["calls"]), str(entry["prompt_tokens"]), str(entry["completion_tokens"]),
-                      f"{entry['cost_usd']:.6f}", f"{entry['latency_s']:.1f}")
+        costs.add_row(
+            group,
+            str(entry["calls"]),
+            str(entry["prompt_tokens"]),
+            str(entry["completion_tokens"]),
+            f"{entry['cost_usd']:.6f}",
+            f"{entry['latency_s']:.1f}",
+        )
     console.print(costs)
     if metrics.get("errors"):
-        console.print(f"{metrics['errors']} simulations failed; first errors: {metrics['first_errors']}",
-                      style="yellow", markup=False, soft_wrap=True)
+        console.print(
+            f"{metrics['errors']} simulations failed; first errors: {metrics['first_errors']}",
+            style="yellow",
+            markup=False,
+            soft_wrap=True,
+        )
     console.print(f"wrote {out / metrics['results_file']}, {out / 'trajectories.jsonl'} and {out / 'metrics.json'}")
 
 
@@ -186,16 +309,27 @@ def _print_metrics(metrics: dict, out: Path) -> None:
     for column in columns:
         table.add_column(column)
     for entry in entries:
-        table.add_row(entry["policy"], str(entry["n"]), f"{entry['accuracy']:.4f}", f"{entry['cost_usd']:.4f}",
-                      f"{entry['cost_per_task_usd']:.6f}", f"{entry['latency_s']['mean']:.2f}",
-                      f"{entry['latency_s']['p95']:.2f}", f"{entry['tool_calls_per_task']:.2f}",
-                      str(entry.get("errors", 0)))
+        table.add_row(
+            entry["policy"],
+            str(entry["n"]),
+            f"{entry['accuracy']:.4f}",
+            f"{entry['cost_usd']:.4f}",
+            f"{entry['cost_per_task_usd']:.6f}",
+            f"{entry['latency_s']['mean']:.2f}",
+            f"{entry['latency_s']['p95']:.2f}",
+            f"{entry['tool_calls_per_task']:.2f}",
+            str(entry.get("errors", 0)),
+        )
     console = Console(highlight=False)
     console.print(table)
     for entry in entries:
         if entry.get("errors"):
-            console.print(f"{entry['policy']}: {entry['errors']} of {entry['n']} episodes failed; first errors:",
-                          style="yellow", markup=False, soft_wrap=True)
+            console.print(
+                f"{entry['policy']}: {entry['errors']} of {entry['n']} episodes failed; first errors:",
+                style="yellow",
+                markup=False,
+                soft_wrap=True,
+            )
             for error in entry.get("first_errors", []):
                 console.print(f"  - {error}", style="yellow", markup=False, soft_wrap=True)
     console.print(f"wrote {out / 'trajectories.jsonl'} and {out / 'metrics.json'}")
@@ -215,15 +349,18 @@ def _fail_if_every_episode_failed(metrics: dict) -> None:
             shown += [error for error in entry.get("first_errors", []) if error not in shown]
         listed = "; ".join(f"({index}) {error}" for index, error in enumerate(shown[:3], 1))
         policy = metrics.get("spec") or metrics["policy"]
-        raise EvalError(f"every episode failed ({episodes} of {episodes}; policy {policy}), so the accuracy means "
-                        f"nothing. First errors: {listed}")
+        raise EvalError(
+            f"every episode failed ({episodes} of {episodes}; policy {policy}), so the accuracy means "
+            f"nothing. First errors: {listed}"
+        )
     reasons = metrics.get("stop_reasons") or {}
     # the orchestrator loop records stop reason "answer" for every episode the answer tool ended
     if episodes and str(metrics.get("policy", "")).startswith("orchestrator:") and reasons and "answer" not in reasons:
         tools = metrics.get("tools")
-        raise EvalError(f"no episode gave an answer ({episodes} of {episodes}; stop reasons "
-                        f"{', '.join(f'{key} {value}' for key, value in reasons.items()) or 'unknown'}), so the "
-                        f"accuracy means nothing. "
-                        + (f"--tools {','.join(tools)} offers no answer tool; " if tools and "answer" not in tools
-                           else "")
-                        + "an episode ends when the answer tool is called (see --tools and --max-turns)")
+        raise EvalError(
+            f"no episode gave an answer ({episodes} of {episodes}; stop reasons "
+            f"{', '.join(f'{key} {value}' for key, value in reasons.items()) or 'unknown'}), so the "
+            f"accuracy means nothing. "
+            + (f"--tools {','.join(tools)} offers no answer tool; " if tools and "answer" not in tools else "")
+            + "an episode ends when the answer tool is called (see --tools and --max-turns)"
+        )

@@ -13,8 +13,11 @@ def register(app: typer.Typer) -> None:
 
 def export_command(
     runs: list[Path] = typer.Argument(..., help="Eval output dirs (with metrics.json), or dirs holding them."),
-    out: Path = typer.Option(..., "--out", help="Results dir: results/<world> (e.g. results/routerbench), or "
-                             "results (the world's dir is made under it)."),
+    out: Path = typer.Option(
+        ...,
+        "--out",
+        help="Results dir: results/<world> (e.g. results/routerbench), or results (the world's dir is made under it).",
+    ),
 ) -> None:
     """Copy each policy's decisions.csv and metrics.json into OUT/<policy> (':' and '/' as '-'); runs of one
     policy under several --prefer values share one dir (metrics.json: by_preference)."""

@@ -16,8 +16,18 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-COMMAND_MODULES = ("run_cmd", "eval_cmd", "report_cmd", "export_cmd", "train_cmd", "serve_cmd", "tau2_cmd",
-                   "envs_cmd", "verl_cmd", "replay_cmd")
+COMMAND_MODULES = (
+    "run_cmd",
+    "eval_cmd",
+    "report_cmd",
+    "export_cmd",
+    "train_cmd",
+    "serve_cmd",
+    "tau2_cmd",
+    "envs_cmd",
+    "verl_cmd",
+    "replay_cmd",
+)
 
 
 @app.callback()

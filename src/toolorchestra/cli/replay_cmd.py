@@ -12,8 +12,10 @@ from pathlib import Path
 
 import typer
 
-replay_app = typer.Typer(help="Replay worlds from your own logs: check a directory, import other layouts "
-                              "(format: docs/replay.md).", no_args_is_help=True)
+replay_app = typer.Typer(
+    help="Replay worlds from your own logs: check a directory, import other layouts (format: docs/replay.md).",
+    no_args_is_help=True,
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -34,16 +36,27 @@ def check(directory: Path = typer.Argument(..., help="a directory in the replay 
     console = Console(highlight=False)
     if not console.is_terminal:  # piped or captured: wide enough for every column
         console = Console(highlight=False, width=160)
-    console.print(f"{directory}: {env.loaded.questions} questions, {len(env.models())} models; kept train "
-                  f"{kept['train']}, test {kept['test']}; left out (some model did not answer them): train "
-                  f"{data.dropped['train']}, test {data.dropped['test']}", markup=False, soft_wrap=True)
+    console.print(
+        f"{directory}: {env.loaded.questions} questions, {len(env.models())} models; kept train "
+        f"{kept['train']}, test {kept['test']}; left out (some model did not answer them): train "
+        f"{data.dropped['train']}, test {data.dropped['test']}",
+        markup=False,
+        soft_wrap=True,
+    )
     table = Table(title="per model, over the kept questions")
     for column in ("model", "answered", "coverage", "accuracy", "cost $", "$/question", "latency mean s", "cost from"):
         table.add_column(column)
     for row in world_summary(env):
-        table.add_row(row.model, f"{row.answered}/{row.questions}", f"{row.answered / max(row.questions, 1):.1%}",
-                      f"{row.accuracy:.4f}", f"{row.cost_usd:.4f}", f"{row.cost_per_task_usd:.6f}",
-                      f"{row.latency_mean_s:.2f}", row.cost_source)
+        table.add_row(
+            row.model,
+            f"{row.answered}/{row.questions}",
+            f"{row.answered / max(row.questions, 1):.1%}",
+            f"{row.accuracy:.4f}",
+            f"{row.cost_usd:.4f}",
+            f"{row.cost_per_task_usd:.6f}",
+            f"{row.latency_mean_s:.2f}",
+            row.cost_source,
+        )
     console.print(table)
     if not sum(kept.values()):
         from toolorchestra.errors import UserError
@@ -63,7 +76,10 @@ def import_routerbench(
 
     summary = convert(csvs, out)
     console = Console(highlight=False)
-    console.print(f"wrote {out}: {summary.questions['train']} train and {summary.questions['test']} test questions, "
-                  f"{len(summary.lines)} models, {summary.empty_cells} empty score/cost cells (no line written)",
-                  markup=False, soft_wrap=True)
+    console.print(
+        f"wrote {out}: {summary.questions['train']} train and {summary.questions['test']} test questions, "
+        f"{len(summary.lines)} models, {summary.empty_cells} empty score/cost cells (no line written)",
+        markup=False,
+        soft_wrap=True,
+    )
     console.print(f"next: toolorchestra replay check {out}", markup=False, soft_wrap=True)

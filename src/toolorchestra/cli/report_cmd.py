@@ -13,8 +13,12 @@ def register(app: typer.Typer) -> None:
 
 def report_command(
     runs: list[Path] = typer.Argument(..., help="Eval output dirs (with metrics.json), or dirs holding them."),
-    out: Path = typer.Option(..., "--out", help="Dir for report.md, report.html, pareto.png, usage.png (and "
-                             "preferences.png when runs of one orchestrator differ only in --prefer)."),
+    out: Path = typer.Option(
+        ...,
+        "--out",
+        help="Dir for report.md, report.html, pareto.png, usage.png (and "
+        "preferences.png when runs of one orchestrator differ only in --prefer).",
+    ),
 ) -> None:
     """Compare eval runs: a table, accuracy vs cost (Pareto) and tool/model usage."""
     from toolorchestra.bench.report import build_report

@@ -17,12 +17,20 @@ def register(app: typer.Typer) -> None:
 
 def run(
     question: str = typer.Argument(..., help="The task for the orchestrator."),
-    config: Path | None = typer.Option(None, "--config", "-c", help="Catalog YAML (models and tools). Default: the embedded SmolLM2 pool."),
-    prefer: str | None = typer.Option(None, "--prefer", help="accuracy | cost | latency | local | tool:NAME | KEY=WEIGHT,..."),
+    config: Path | None = typer.Option(
+        None, "--config", "-c", help="Catalog YAML (models and tools). Default: the embedded SmolLM2 pool."
+    ),
+    prefer: str | None = typer.Option(
+        None, "--prefer", help="accuracy | cost | latency | local | tool:NAME | KEY=WEIGHT,..."
+    ),
     max_turns: int = typer.Option(6, "--max-turns", min=1, help="Stop after this many orchestrator turns."),
-    max_budget: float | None = typer.Option(None, "--max-budget", min=0.0, help="Stop once this many dollars are spent."),
+    max_budget: float | None = typer.Option(
+        None, "--max-budget", min=0.0, help="Stop once this many dollars are spent."
+    ),
     temperature: float = typer.Option(0.0, "--temperature", min=0.0, help="Orchestrator sampling temperature."),
-    corpus: Path | None = typer.Option(None, "--corpus", help="JSON/JSONL {title, text} corpus for the search tool of the default pool."),
+    corpus: Path | None = typer.Option(
+        None, "--corpus", help="JSON/JSONL {title, text} corpus for the search tool of the default pool."
+    ),
     save: Path | None = typer.Option(None, "--save", help="Append the trajectory to this JSONL file."),
     as_json: bool = typer.Option(False, "--json", help="Print the trajectory as JSON instead of the step view."),
 ) -> None:
@@ -50,8 +58,16 @@ def _exit_if_failed(trajectory: Trajectory) -> None:
     raise typer.Exit(1)
 
 
-async def _run(question: str, config: Path | None, prefer: str | None, max_turns: int, max_budget: float | None,
-               temperature: float, corpus: Path | None, quiet: bool) -> Trajectory:
+async def _run(
+    question: str,
+    config: Path | None,
+    prefer: str | None,
+    max_turns: int,
+    max_budget: float | None,
+    temperature: float,
+    corpus: Path | None,
+    quiet: bool,
+) -> Trajectory:
     from toolorchestra.agent.loop import Orchestrator
     from toolorchestra.agent.preference import Preference
     from toolorchestra.backends.pool import ModelPool
@@ -65,9 +81,15 @@ async def _run(question: str, config: Path | None, prefer: str | None, max_turns
     local_tools = [s.name for s in catalog.tools if s.type in ("python", "search")]
     orchestrator_spec = catalog.model(catalog.orchestrator)
     orchestrator = Orchestrator(
-        pool.backend(catalog.orchestrator), tools, model_name=catalog.orchestrator, price=orchestrator_spec.price,
-        preference=Preference.parse(prefer, local_tools), max_turns=max_turns, max_budget_usd=max_budget,
-        temperature=temperature, on_step=None if quiet else _print_step,
+        pool.backend(catalog.orchestrator),
+        tools,
+        model_name=catalog.orchestrator,
+        price=orchestrator_spec.price,
+        preference=Preference.parse(prefer, local_tools),
+        max_turns=max_turns,
+        max_budget_usd=max_budget,
+        temperature=temperature,
+        on_step=None if quiet else _print_step,
     )
     try:
         return await orchestrator.run(Task(id="cli", split="cli", prompt=question))
@@ -113,8 +135,14 @@ def _print_summary(trajectory: Trajectory) -> None:
     table = Table(title="summary", show_header=True)
     for column in ("steps", "prompt tok", "completion tok", "cost $", "latency s", "stop"):
         table.add_column(column)
-    table.add_row(str(len(trajectory.steps)), str(trajectory.prompt_tokens), str(trajectory.completion_tokens),
-                  f"{trajectory.cost_usd:.6f}", f"{trajectory.latency_s:.2f}", trajectory.stop_reason or "-")
+    table.add_row(
+        str(len(trajectory.steps)),
+        str(trajectory.prompt_tokens),
+        str(trajectory.completion_tokens),
+        f"{trajectory.cost_usd:.6f}",
+        f"{trajectory.latency_s:.2f}",
+        trajectory.stop_reason or "-",
+    )
     console.print(table)
     answer = trajectory.final_answer if trajectory.final_answer is not None else "(no answer)"
     console.print(f"[bold]answer:[/] {_clip(answer, 2000)}")

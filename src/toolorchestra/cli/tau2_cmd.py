@@ -15,8 +15,9 @@ import typer
 if TYPE_CHECKING:
     from toolorchestra.integrations.tau2.rescore import RescoreReport, SimulationScore
 
-tau2_app = typer.Typer(name="tau2", help="tau2-bench: re-score results files with tau2's own evaluator.",
-                       no_args_is_help=True)
+tau2_app = typer.Typer(
+    name="tau2", help="tau2-bench: re-score results files with tau2's own evaluator.", no_args_is_help=True
+)
 
 
 class Domain(StrEnum):
@@ -37,13 +38,19 @@ def register(app: typer.Typer) -> None:
 @tau2_app.command("rescore")
 def rescore_command(
     file: Path = typer.Argument(..., help="A tau2 results JSON (leaderboard format: info, tasks, simulations)."),
-    domain: Domain | None = typer.Option(None, "--domain", help="Domain to score against. Default: the file's "
-                                            "info.environment_info.domain_name."),
-    task_ids: TaskIdsOption = typer.Option(TaskIdsOption.auto, "--task-ids", help="auto: the file's task_id, unless "
-                                           "the recorded checks identify another installed task; file: always the "
-                                           "file's task_id."),
-    json_out: Path | None = typer.Option(None, "--json", help="Also write every row and the summary to this JSON "
-                                            "file."),
+    domain: Domain | None = typer.Option(
+        None, "--domain", help="Domain to score against. Default: the file's info.environment_info.domain_name."
+    ),
+    task_ids: TaskIdsOption = typer.Option(
+        TaskIdsOption.auto,
+        "--task-ids",
+        help="auto: the file's task_id, unless "
+        "the recorded checks identify another installed task; file: always the "
+        "file's task_id.",
+    ),
+    json_out: Path | None = typer.Option(
+        None, "--json", help="Also write every row and the summary to this JSON file."
+    ),
 ) -> None:
     """Re-score every simulation of FILE with the installed tau2 evaluator and compare with its recorded reward.
 
@@ -68,14 +75,23 @@ def _print_report(report: RescoreReport) -> None:
     for column in ("simulation", "task", "trial", "recorded", "ours", "agree", "reason / note"):
         table.add_column(column, overflow="fold")
     for score in report.scores:
-        table.add_row(_short_id(score.simulation_id), _task_cell(score), _text(score.trial), _reward(score.recorded),
-                      _reward(score.ours), "yes" if score.agree else "NO", _reason_cell(score),
-                      style=None if score.agree else "red")
+        table.add_row(
+            _short_id(score.simulation_id),
+            _task_cell(score),
+            _text(score.trial),
+            _reward(score.recorded),
+            _reward(score.ours),
+            "yes" if score.agree else "NO",
+            _reason_cell(score),
+            style=None if score.agree else "red",
+        )
     console.print(table)
     if report.relabelled_count:
-        console.print(f"{report.relabelled_count} of {len(report.scores)} simulations were scored against the task "
-                      f"their recorded checks identify, not their task_id (--task-ids file: score by task_id)",
-                      markup=False)
+        console.print(
+            f"{report.relabelled_count} of {len(report.scores)} simulations were scored against the task "
+            f"their recorded checks identify, not their task_id (--task-ids file: score by task_id)",
+            markup=False,
+        )
     console.print(report.summary_line(), markup=False)
 
 

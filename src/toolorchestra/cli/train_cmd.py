@@ -12,14 +12,19 @@ def register(app: typer.Typer) -> None:
 
     @app.command("train")
     def train(
-        config: Path = typer.Option(..., "--config", "-c",
-                                    help="training YAML, e.g. configs/train/routerbench-smollm2.yaml"),
+        config: Path = typer.Option(
+            ..., "--config", "-c", help="training YAML, e.g. configs/train/routerbench-smollm2.yaml"
+        ),
         resume: bool = typer.Option(False, "--resume", help="continue from the latest checkpoint of the run dir"),
         run_dir: Path | None = typer.Option(None, "--run-dir", help="override trainer.default_local_dir"),
         steps: int | None = typer.Option(None, "--steps", help="override trainer.total_training_steps"),
-        hold_out_models: str | None = typer.Option(None, "--hold-out-models", help="comma-separated models never "
-                                                   "offered in training (override sampler.hold_out_models); "
-                                                   "evaluate later with them in the pool"),
+        hold_out_models: str | None = typer.Option(
+            None,
+            "--hold-out-models",
+            help="comma-separated models never "
+            "offered in training (override sampler.hold_out_models); "
+            "evaluate later with them in the pool",
+        ),
         quiet: bool = typer.Option(False, "--quiet", help="no progress bar"),
     ) -> None:
         """Train an orchestrator with GRPO on an environment's training split."""
@@ -40,21 +45,27 @@ def register(app: typer.Typer) -> None:
         if resume:
             console.print(f"resuming {trainer.run_dir} at step {trainer.global_step}")
         history = trainer.fit(show_progress=not quiet)
-        console.print(f"done: {trainer.global_step} steps; checkpoints, metrics.jsonl and tensorboard/ in "
-                      f"{trainer.run_dir}" + (f"; last reward {history[-1]['reward/mean']:.3f}" if history else ""))
+        console.print(
+            f"done: {trainer.global_step} steps; checkpoints, metrics.jsonl and tensorboard/ in "
+            f"{trainer.run_dir}" + (f"; last reward {history[-1]['reward/mean']:.3f}" if history else "")
+        )
 
     @app.command("export-orchestrator")
     def export_orchestrator(
         checkpoint: Path = typer.Argument(..., help="a checkpoint dir, e.g. runs/NAME/checkpoints/step_100"),
-        out: Path = typer.Option(..., "--out", help="the orchestrator folder to write, e.g. "
-                                 "src/toolorchestra/data/orchestrators/NAME (then loadable by NAME)"),
+        out: Path = typer.Option(
+            ...,
+            "--out",
+            help="the orchestrator folder to write, e.g. "
+            "src/toolorchestra/data/orchestrators/NAME (then loadable by NAME)",
+        ),
         card: Path | None = typer.Option(None, "--card", help="a Markdown model card to ship as README.md"),
     ) -> None:
         """Write a checkpoint's LoRA adapter as a shipped orchestrator (peft format + orchestrator.json)."""
         from rich.console import Console
 
-        from toolorchestra.train.export import export_adapter
         from toolorchestra.errors import UserError
+        from toolorchestra.train.export import export_adapter
 
         if card is not None and not card.is_file():
             raise UserError(f"--card {card}: file not found")

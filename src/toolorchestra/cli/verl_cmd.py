@@ -14,8 +14,9 @@ from pathlib import Path
 
 import typer
 
-verl_app = typer.Typer(help="Train on verl + Ray: prepare verl's data, write or launch the verl command.",
-                       no_args_is_help=True)
+verl_app = typer.Typer(
+    help="Train on verl + Ray: prepare verl's data, write or launch the verl command.", no_args_is_help=True
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -26,12 +27,17 @@ def register(app: typer.Typer) -> None:
 def prepare_command(
     env: str = typer.Option(..., "--env", help="Environment, e.g. replay:routerbench."),
     out: Path = typer.Option(..., "--out", help="Dir for train.parquet and test.parquet."),
-    config: Path | None = typer.Option(None, "--config", "-c", help="A configs/verl/ YAML: its sampler, seed "
-                                          "and data settings (default: their defaults)."),
+    config: Path | None = typer.Option(
+        None,
+        "--config",
+        "-c",
+        help="A configs/verl/ YAML: its sampler, seed and data settings (default: their defaults).",
+    ),
     epochs: int = typer.Option(1, "--epochs", min=1, help="Draws per train task (each a fresh randomization)."),
     max_test_tasks: int = typer.Option(256, "--max-test-tasks", min=1, help="Validation rows (test split)."),
-    data_dir: Path | None = typer.Option(None, "--data-dir", help="Shared data dir. Default: "
-                                            "$TOOLORCHESTRA_DATA or ../shared/data."),
+    data_dir: Path | None = typer.Option(
+        None, "--data-dir", help="Shared data dir. Default: $TOOLORCHESTRA_DATA or ../shared/data."
+    ),
 ) -> None:
     """Write verl's parquet (prompt, data_source, agent_name, reward_model, extra_info with the draw)."""
     from rich.console import Console
@@ -40,8 +46,11 @@ def prepare_command(
     from toolorchestra.integrations.verl.data import PrepareRequest, prepare
 
     verl_config = load_verl_config(config) if config else VerlConfig()
-    written = prepare(PrepareRequest(env=env, out=out, config=verl_config, data_dir=data_dir, epochs=epochs,
-                                     max_test_tasks=max_test_tasks))
+    written = prepare(
+        PrepareRequest(
+            env=env, out=out, config=verl_config, data_dir=data_dir, epochs=epochs, max_test_tasks=max_test_tasks
+        )
+    )
     console = Console(stderr=True)
     for split, path in written.items():
         console.print(f"{split}: {path}")
@@ -53,8 +62,11 @@ def train_command(
     data: Path = typer.Option(..., "--data", help="The dir `toolorchestra verl prepare` wrote."),
     launch: bool = typer.Option(False, "--launch", help="Run the command (needs the verl extra and GPUs)."),
     python: str = typer.Option(sys.executable, "--python", help="The Python that runs verl."),
-    data_dir: Path | None = typer.Option(None, "--data-dir", help="Shared data dir the agent loop's envs read. "
-                                            "Default: $TOOLORCHESTRA_DATA or ../shared/data."),
+    data_dir: Path | None = typer.Option(
+        None,
+        "--data-dir",
+        help="Shared data dir the agent loop's envs read. Default: $TOOLORCHESTRA_DATA or ../shared/data.",
+    ),
     steps: int | None = typer.Option(None, "--steps", min=1, help="Override trainer.total_training_steps."),
 ) -> None:
     """Print the verl command line for CONFIG (or run it with --launch)."""
@@ -66,10 +78,17 @@ def train_command(
         verl_config.trainer.total_training_steps = steps
     for name in ("train.parquet", "test.parquet"):
         if not (data / name).is_file():
-            raise UserError(f"--data {data}: no {name}; run `toolorchestra verl prepare --env "
-                            f"{verl_config.data.env} --out {data}` first")
-    argv = command_line(verl_config, data.resolve(), python=python, model_path=_model_dir(verl_config.model.path),
-                        env_data_dir=_env_data_dir(data_dir))
+            raise UserError(
+                f"--data {data}: no {name}; run `toolorchestra verl prepare --env "
+                f"{verl_config.data.env} --out {data}` first"
+            )
+    argv = command_line(
+        verl_config,
+        data.resolve(),
+        python=python,
+        model_path=_model_dir(verl_config.model.path),
+        env_data_dir=_env_data_dir(data_dir),
+    )
     argv.append(f"actor_rollout_ref.rollout.agent.agent_loop_config_path={write_agent_loop_config(data.resolve())}")
     if not launch:
         typer.echo(shell_command(argv))

@@ -61,8 +61,7 @@ class PricedOutcomes(RecordedOutcomes, Protocol):
 class AsyncScoring(Protocol):
     """An env whose scoring may await (e.g. an LLM judge); preferred over `Env.score` where present."""
 
-    async def ascore(self, task: Task, trajectory: Trajectory) -> Score:
-        ...
+    async def ascore(self, task: Task, trajectory: Trajectory) -> Score: ...
 
 
 @runtime_checkable

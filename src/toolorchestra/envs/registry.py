@@ -23,8 +23,18 @@ from toolorchestra.errors import UserError
 
 # factory(data_dir, **options) -> Env
 EnvFactory = Callable[..., Env]
-TOOLSCALE_DOMAINS = ("bank", "basketball", "ecommerce", "medicine", "movie", "railway", "restaurant", "school",
-                     "travel", "weather")
+TOOLSCALE_DOMAINS = (
+    "bank",
+    "basketball",
+    "ecommerce",
+    "medicine",
+    "movie",
+    "railway",
+    "restaurant",
+    "school",
+    "travel",
+    "weather",
+)
 
 
 def _toolscale(domain: str | None) -> EnvFactory:
@@ -71,8 +81,10 @@ def replay_dir(name: str) -> Path | None:
 
 def env_factory(name: str) -> EnvFactory:
     if name not in ENVS:
-        raise UserError(f"--env {name!r}: unknown environment; valid: {', '.join(env_names())}, or replay:DIR "
-                        "for a directory in the replay format (docs/replay.md)")
+        raise UserError(
+            f"--env {name!r}: unknown environment; valid: {', '.join(env_names())}, or replay:DIR "
+            "for a directory in the replay format (docs/replay.md)"
+        )
     return ENVS[name]
 
 
@@ -84,5 +96,17 @@ def make_env(name: str, data_dir: Path | str | None = None, **options: Any) -> E
     return env_factory(name)(resolve_data_dir(data_dir), **options)
 
 
-__all__ = ["DATA_ENV_VAR", "DEFAULT_DATA_DIR", "ENVS", "REPLAY_PREFIX", "SAME_WORLD", "env_factory", "env_names",
-           "make_env", "register_env", "replay_dir", "resolve_data_dir", "world_of"]
+__all__ = [
+    "DATA_ENV_VAR",
+    "DEFAULT_DATA_DIR",
+    "ENVS",
+    "REPLAY_PREFIX",
+    "SAME_WORLD",
+    "env_factory",
+    "env_names",
+    "make_env",
+    "register_env",
+    "replay_dir",
+    "resolve_data_dir",
+    "world_of",
+]

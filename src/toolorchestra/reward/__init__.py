@@ -49,9 +49,7 @@ def trajectory_features(trajectory: Trajectory, correct: bool) -> dict[str, floa
 
 
 def group_rewards(
-    features: Sequence[Mapping[str, float]],
-    correct: Sequence[bool],
-    preference: Mapping[str, float],
+    features: Sequence[Mapping[str, float]], correct: Sequence[bool], preference: Mapping[str, float]
 ) -> list[float]:
     """Rewards of one group. `features[i]` holds rollout i's raw `accuracy`, `cost` (USD), `latency` (s) and
     `calls:NAME` counts; the minus signs of cost and latency are applied here."""
@@ -69,9 +67,7 @@ def group_rewards(
 
 
 def expected_group_rewards(
-    features: Sequence[Mapping[str, float]],
-    p_correct: Sequence[float],
-    preference: Mapping[str, float],
+    features: Sequence[Mapping[str, float]], p_correct: Sequence[float], preference: Mapping[str, float]
 ) -> list[float]:
     """E[group_rewards] of one group when rollout i is right with probability `p_correct[i]`, independently,
     and every feature but `accuracy` is known (a replay world's cost, latency and calls of each label).
@@ -171,5 +167,12 @@ def _clip(value: float) -> float:
     return max(-ADVANTAGE_CLIP, min(ADVANTAGE_CLIP, value))
 
 
-__all__ = ["batch_advantages", "expected_group_rewards", "group_advantages", "group_rewards", "reward_std",
-           "with_cost_floor", "NEGATED_FEATURES"]
+__all__ = [
+    "batch_advantages",
+    "expected_group_rewards",
+    "group_advantages",
+    "group_rewards",
+    "reward_std",
+    "with_cost_floor",
+    "NEGATED_FEATURES",
+]

@@ -76,17 +76,24 @@ def build_app(served: ServedModels) -> FastAPI:
         ids = ResponseIds.new(chat.model)
         if chat.stream:
             include_usage = bool(chat.stream_options and chat.stream_options.include_usage)
-            return StreamingResponse(_server_sent_events(stream_chunks(answer, ids, include_usage)),
-                                     media_type="text/event-stream", headers=headers)
+            return StreamingResponse(
+                _server_sent_events(stream_chunks(answer, ids, include_usage)),
+                media_type="text/event-stream",
+                headers=headers,
+            )
         return Response(_json_bytes(completion_body(answer, ids)), media_type="application/json", headers=headers)
 
     @app.get("/v1/trajectories/{trajectory_id}")
     async def get_trajectory(trajectory_id: str) -> JSONResponse:
         trajectory = served.episodes.get(trajectory_id)
         if trajectory is None:
-            raise ApiError(404, f"no recent trajectory {trajectory_id!r} (only the last {served.episodes.kept} "
-                                "are kept; start the server with --trajectories FILE to keep all)",
-                           param="trajectory_id", code="trajectory_not_found")
+            raise ApiError(
+                404,
+                f"no recent trajectory {trajectory_id!r} (only the last {served.episodes.kept} "
+                "are kept; start the server with --trajectories FILE to keep all)",
+                param="trajectory_id",
+                code="trajectory_not_found",
+            )
         return JSONResponse(trajectory.to_record())
 
     @app.get("/health")
@@ -104,8 +111,12 @@ async def _read_body(request: Request, limit: int) -> bytes:
     reading a byte of it, else (chunked) once the bytes read pass the limit. The connection is closed after
     the 413, so the rest of a huge body is never read."""
     declared = request.headers.get("content-length")
-    too_large = ApiError(413, f"request body exceeds {limit} bytes (--max-body-bytes)", code="body_too_large",
-                         headers={"Connection": "close"})
+    too_large = ApiError(
+        413,
+        f"request body exceeds {limit} bytes (--max-body-bytes)",
+        code="body_too_large",
+        headers={"Connection": "close"},
+    )
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise too_large
     chunks: list[bytes] = []
@@ -149,8 +160,12 @@ async def _unless_gone(request: Request, work: Coroutine[Any, Any, T], timeout_s
             raise ClientGone() from None
         raise
     except TimeoutError:
-        raise ApiError(504, f"the request took longer than {timeout_s:g} s (--request-timeout) and was cancelled",
-                       type="server_error", code="timeout") from None
+        raise ApiError(
+            504,
+            f"the request took longer than {timeout_s:g} s (--request-timeout) and was cancelled",
+            type="server_error",
+            code="timeout",
+        ) from None
     finally:
         watcher.remove_done_callback(cancel_on_disconnect)
         watcher.cancel()
@@ -199,6 +214,7 @@ async def _client_gone_response(_: Request, exc: Exception) -> Response:
 async def _internal_error_response(_: Request, exc: Exception) -> JSONResponse:
     # Our own bug: the details go to the log, the client gets the exception's class only (no paths).
     log.exception("internal error", exc_info=exc)
-    error = ApiError(500, f"internal error ({exc.__class__.__name__}); the server log has the details",
-                     type="server_error")
+    error = ApiError(
+        500, f"internal error ({exc.__class__.__name__}); the server log has the details", type="server_error"
+    )
     return JSONResponse(error.body(), status_code=500)

@@ -52,8 +52,14 @@ class ServeLimits:
     """Requests admitted beyond --max-concurrency to wait for a slot; more are answered 429."""
 
     def __post_init__(self) -> None:
-        for name in ("max_body_bytes", "max_json_depth", "max_prompt_tokens", "max_tools",
-                     "max_tool_schema_bytes", "max_enum_values"):
+        for name in (
+            "max_body_bytes",
+            "max_json_depth",
+            "max_prompt_tokens",
+            "max_tools",
+            "max_tool_schema_bytes",
+            "max_enum_values",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1; got {getattr(self, name)}")
         if not self.request_timeout_s > 0:

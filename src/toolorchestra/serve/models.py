@@ -14,10 +14,10 @@ import json
 import logging
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 from toolorchestra.agent.loop import Orchestrator
 from toolorchestra.agent.preference import Preference
@@ -57,8 +57,9 @@ class BoundedBackend(Backend):
     """A backend whose calls each hold a slot of a shared semaphore, and whose prompts and `max_tokens`
     are held to the model's context when the backend can count tokens (the local backend)."""
 
-    def __init__(self, inner: Backend, slots: asyncio.Semaphore, limits: ServeLimits | None = None,
-                 model: str | None = None) -> None:
+    def __init__(
+        self, inner: Backend, slots: asyncio.Semaphore, limits: ServeLimits | None = None, model: str | None = None
+    ) -> None:
         self.inner = inner
         self.name = inner.name
         self.model = model or inner.name  # the pool's name for it, as clients know it
@@ -69,21 +70,30 @@ class BoundedBackend(Backend):
     def counts_tokens(self) -> bool:
         return callable(getattr(self.inner, "prompt_tokens", None))
 
-    async def complete(self, messages: list[Message], tools: list[dict[str, Any]] | None = None,
-                       **sampling: Any) -> Completion:
+    async def complete(
+        self, messages: list[Message], tools: list[dict[str, Any]] | None = None, **sampling: Any
+    ) -> Completion:
         # Within an episode nothing a client sent is to blame: max_tokens is clamped to the room left,
         # and a prompt with no room at all fails the call.
         sampling = await self.fit(messages, tools, sampling, strict=False)
         return await self.complete_fitted(messages, tools, **sampling)
 
-    async def complete_fitted(self, messages: list[Message], tools: list[dict[str, Any]] | None = None,
-                              **sampling: Any) -> Completion:
+    async def complete_fitted(
+        self, messages: list[Message], tools: list[dict[str, Any]] | None = None, **sampling: Any
+    ) -> Completion:
         """`complete` for a call `fit` already checked."""
         async with self._slots:
             return await self.inner.complete(messages, tools, **sampling)
 
-    async def fit(self, messages: list[Message], tools: list[dict[str, Any]] | None, sampling: dict[str, Any],
-                  *, strict: bool, max_tokens_param: str = "max_tokens") -> dict[str, Any]:
+    async def fit(
+        self,
+        messages: list[Message],
+        tools: list[dict[str, Any]] | None,
+        sampling: dict[str, Any],
+        *,
+        strict: bool,
+        max_tokens_param: str = "max_tokens",
+    ) -> dict[str, Any]:
         """`sampling` with max_tokens within the model's context. `strict` (a client's own request): a prompt
         over the limit, or a max_tokens the context cannot hold, is ApiError 400, as OpenAI answers; otherwise
         max_tokens is clamped and only a prompt with no room left fails (ContextOverflow)."""
@@ -93,17 +103,23 @@ class BoundedBackend(Backend):
         prompt_limit = min(self.limits.max_prompt_tokens, context - 1)
         requested = sampling.get("max_tokens")
         if strict and requested is not None and requested >= context:
-            raise ApiError(400, f"{max_tokens_param} is {requested}, but this model's context is {context} tokens, "
-                                f"prompt and completion together; ask for fewer than {context} minus the prompt",
-                           param=max_tokens_param, code="context_length_exceeded")
+            raise ApiError(
+                400,
+                f"{max_tokens_param} is {requested}, but this model's context is {context} tokens, "
+                f"prompt and completion together; ask for fewer than {context} minus the prompt",
+                param=max_tokens_param,
+                code="context_length_exceeded",
+            )
         wanted = requested or DEFAULT_MAX_TOKENS
         upper = len(json.dumps([messages, tools], ensure_ascii=False).encode()) + TEMPLATE_BYTES
         if upper <= prompt_limit and upper + wanted <= context:
             return sampling  # cannot overflow, however it tokenizes
         prompt = await asyncio.to_thread(self.inner.prompt_tokens, messages, tools)  # type: ignore[attr-defined]
         if prompt > prompt_limit:
-            message = (f"the prompt is {prompt} tokens; this server accepts at most {prompt_limit} for model "
-                       f"{self.model!r} (context {context} tokens, --max-prompt-tokens {self.limits.max_prompt_tokens})")
+            message = (
+                f"the prompt is {prompt} tokens; this server accepts at most {prompt_limit} for model "
+                f"{self.model!r} (context {context} tokens, --max-prompt-tokens {self.limits.max_prompt_tokens})"
+            )
             if strict:
                 raise ApiError(400, message, param="messages", code="context_length_exceeded")
             raise ContextOverflow(message)
@@ -111,9 +127,13 @@ class BoundedBackend(Backend):
         if wanted <= room:
             return sampling
         if strict and requested is not None:
-            raise ApiError(400, f"{max_tokens_param} is {requested}, but the prompt takes {prompt} of this model's "
-                                f"{context} tokens of context; at most {room} are left for the completion",
-                           param=max_tokens_param, code="context_length_exceeded")
+            raise ApiError(
+                400,
+                f"{max_tokens_param} is {requested}, but the prompt takes {prompt} of this model's "
+                f"{context} tokens of context; at most {room} are left for the completion",
+                param=max_tokens_param,
+                code="context_length_exceeded",
+            )
         return {**sampling, "max_tokens": room}
 
 
@@ -159,9 +179,14 @@ class OrchestratorModel:
         except Exception as exc:  # e.g. a remote model whose API key is not set
             raise _backend_failure(self.served_name, exc) from exc
         orchestrator = Orchestrator(
-            backend, self.tools, model_name=self.model_name,
-            price=pool.spec(self.model_name).price, preference=self.preference, max_turns=self.max_turns,
-            max_budget_usd=self.max_budget_usd, max_tokens=sampling.get("max_tokens", 512),
+            backend,
+            self.tools,
+            model_name=self.model_name,
+            price=pool.spec(self.model_name).price,
+            preference=self.preference,
+            max_turns=self.max_turns,
+            max_budget_usd=self.max_budget_usd,
+            max_tokens=sampling.get("max_tokens", 512),
             temperature=sampling.get("temperature", 0.0),
         )
         # The trajectory id is the task id, so a logged trajectory and the response header match.
@@ -171,23 +196,34 @@ class OrchestratorModel:
         record(trajectory)
         if trajectory.stop_reason == "error":
             failure = next((step.error for step in reversed(trajectory.steps) if step.error), "unknown error")
-            raise ApiError(502, f"{self.served_name}: {_PATH.sub('<path>', failure)[:300]}", type="server_error",
-                           code="backend_error",
-                           headers={TRAJECTORY_HEADER: trajectory.task_id})
+            raise ApiError(
+                502,
+                f"{self.served_name}: {_PATH.sub('<path>', failure)[:300]}",
+                type="server_error",
+                code="backend_error",
+                headers={TRAJECTORY_HEADER: trajectory.task_id},
+            )
         completion = Completion(
-            text=trajectory.final_answer or "", model=self.served_name, latency_s=trajectory.latency_s,
+            text=trajectory.final_answer or "",
+            model=self.served_name,
+            latency_s=trajectory.latency_s,
             usage=Usage(prompt_tokens=trajectory.prompt_tokens, completion_tokens=trajectory.completion_tokens),
         )
         # An episode cut off by its turn or dollar cap ran out of room, as a completion cut at max_tokens.
-        finish = "stop" if trajectory.stop_reason == "answer" else "length"
+        finish: Literal["stop", "length"] = "stop" if trajectory.stop_reason == "answer" else "length"
         return Answer(completion, trajectory.cost_usd, finish, trajectory)
 
 
 class ServedModels:
     """The pool's models and orchestrators by served name, with the one semaphore they all share."""
 
-    def __init__(self, pool: ModelPool, max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
-                 episodes: TrajectoryLog | None = None, limits: ServeLimits | None = None) -> None:
+    def __init__(
+        self,
+        pool: ModelPool,
+        max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
+        episodes: TrajectoryLog | None = None,
+        limits: ServeLimits | None = None,
+    ) -> None:
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency must be >= 1; got {max_concurrency}")
         self.max_concurrency = max_concurrency
@@ -202,18 +238,28 @@ class ServedModels:
         self._heavy = False  # whether a request since the last release may have left freed heap behind
 
     @classmethod
-    def from_catalog(cls, catalog: Catalog, *, max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
-                     episodes: TrajectoryLog | None = None, prefer: str | None = None,
-                     max_turns: int = DEFAULT_MAX_TURNS, max_budget_usd: float | None = None,
-                     limits: ServeLimits | None = None) -> "ServedModels":
+    def from_catalog(
+        cls,
+        catalog: Catalog,
+        *,
+        max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
+        episodes: TrajectoryLog | None = None,
+        prefer: str | None = None,
+        max_turns: int = DEFAULT_MAX_TURNS,
+        max_budget_usd: float | None = None,
+        limits: ServeLimits | None = None,
+    ) -> ServedModels:
         """Every model of `catalog` plus its orchestrator over the catalog's tools, as `run` builds them."""
         from toolorchestra.tools.factory import build_tools
 
         served = cls(ModelPool(catalog.models), max_concurrency, episodes, limits)
         tools = build_tools(catalog.tools, served.pool)  # over the bounded pool: tool calls take slots too
         local_tools = [spec.name for spec in catalog.tools if spec.type in ("python", "search")]
-        served.add_orchestrator(OrchestratorModel(catalog.orchestrator, tools, Preference.parse(prefer, local_tools),
-                                                  max_turns, max_budget_usd))
+        served.add_orchestrator(
+            OrchestratorModel(
+                catalog.orchestrator, tools, Preference.parse(prefer, local_tools), max_turns, max_budget_usd
+            )
+        )
         return served
 
     def add_orchestrator(self, orchestrator: OrchestratorModel) -> None:
@@ -226,8 +272,12 @@ class ServedModels:
 
     def check_known(self, name: str) -> None:
         if name not in self.orchestrators and name not in self.pool.names():
-            raise ApiError(404, f"The model `{name}` does not exist; GET /v1/models lists the served models",
-                           param="model", code="model_not_found")
+            raise ApiError(
+                404,
+                f"The model `{name}` does not exist; GET /v1/models lists the served models",
+                param="model",
+                code="model_not_found",
+            )
 
     @contextmanager
     def admitted(self, heavy: bool = False) -> Iterator[None]:
@@ -235,11 +285,15 @@ class ServedModels:
         the queue behind them are full. When the last request in flight ends, freed memory is handed back."""
         if self.in_flight >= self.max_concurrency + self.limits.max_queued:
             self.rejected += 1
-            raise ApiError(429, f"the server is at capacity ({self.in_flight} requests in flight: "
-                                f"--max-concurrency {self.max_concurrency} plus --max-queued "
-                                f"{self.limits.max_queued}); retry after {RETRY_AFTER_S} s",
-                           type="rate_limit_error", code="rate_limit_exceeded",
-                           headers={"Retry-After": str(RETRY_AFTER_S)})
+            raise ApiError(
+                429,
+                f"the server is at capacity ({self.in_flight} requests in flight: "
+                f"--max-concurrency {self.max_concurrency} plus --max-queued "
+                f"{self.limits.max_queued}); retry after {RETRY_AFTER_S} s",
+                type="rate_limit_error",
+                code="rate_limit_exceeded",
+                headers={"Retry-After": str(RETRY_AFTER_S)},
+            )
         self.in_flight += 1
         self._heavy = self._heavy or heavy
         try:
@@ -275,8 +329,9 @@ class ServedModels:
         backend = self._backend(request.model, request.model)
         if backend.counts_tokens:
             self._heavy = True
-        sampling = await backend.fit(messages, tools, sampling, strict=True,
-                                     max_tokens_param=request.max_tokens_field())
+        sampling = await backend.fit(
+            messages, tools, sampling, strict=True, max_tokens_param=request.max_tokens_field()
+        )
         try:
             completion = await backend.complete_fitted(messages, tools, **sampling)
         except SchemaError as exc:  # a tool definition the serve-side check let through
@@ -303,8 +358,12 @@ def _backend_failure(model: str, exc: Exception) -> ApiError:
     # The backend's own words help a client (an upstream's 401, a connection refused), but only their first
     # line, and never a file path of this machine (xgrammar's messages name its C++ sources).
     log.warning("model %r failed", model, exc_info=exc)
-    return ApiError(502, f"model {model!r} failed: {exc.__class__.__name__}: {public_reason(exc)}",
-                    type="server_error", code="backend_error")
+    return ApiError(
+        502,
+        f"model {model!r} failed: {exc.__class__.__name__}: {public_reason(exc)}",
+        type="server_error",
+        code="backend_error",
+    )
 
 
 _PATH = re.compile(r"(?:[A-Za-z]:)?(?:[\\/][\w.+@-]+){2,}(?::\d+)*")

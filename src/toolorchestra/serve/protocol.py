@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -25,8 +26,16 @@ MIN_TEMPERATURE = 1e-6
 class ApiError(Exception):
     """A request the server answers with an OpenAI-style error body and this HTTP status."""
 
-    def __init__(self, status: int, message: str, *, type: str = "invalid_request_error",
-                 param: str | None = None, code: str | None = None, headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
@@ -147,8 +156,9 @@ class ChatRequest(_Wire):
             wanted = self.tool_choice.function.name
             tools = [tool for tool in tools if tool["function"]["name"] == wanted]
             if not tools:
-                raise ApiError(400, f"tool_choice names function {wanted!r}, which is not in tools",
-                               param="tool_choice")
+                raise ApiError(
+                    400, f"tool_choice names function {wanted!r}, which is not in tools", param="tool_choice"
+                )
         return tools
 
     def backend_messages(self) -> list[Message]:
@@ -171,8 +181,11 @@ def _text_of(index: int, message: ChatMessage) -> str:
     texts = []
     for part in message.content:
         if part.type != "text" or part.text is None:
-            raise ApiError(400, f"content part of type {part.type!r} is not supported; only text parts are",
-                           param=f"messages.{index}.content")
+            raise ApiError(
+                400,
+                f"content part of type {part.type!r} is not supported; only text parts are",
+                param=f"messages.{index}.content",
+            )
         texts.append(part.text)
     return "\n".join(texts)
 
@@ -245,13 +258,16 @@ class ResponseIds:
     created: int
 
     @classmethod
-    def new(cls, model: str) -> "ResponseIds":
+    def new(cls, model: str) -> ResponseIds:
         return cls(id=f"chatcmpl-{uuid.uuid4().hex}", model=model, created=int(time.time()))
 
 
 def usage_body(usage: Usage) -> dict[str, int]:
-    return {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
-            "total_tokens": usage.prompt_tokens + usage.completion_tokens}
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.prompt_tokens + usage.completion_tokens,
+    }
 
 
 def _tool_calls_body(completion: Completion) -> list[dict[str, Any]]:
@@ -275,15 +291,24 @@ def completion_body(answer: Answer, ids: ResponseIds) -> dict[str, Any]:
         message["content"] = completion.text or None
         message["tool_calls"] = _tool_calls_body(completion)
     return {
-        "id": ids.id, "object": "chat.completion", "created": ids.created, "model": ids.model,
+        "id": ids.id,
+        "object": "chat.completion",
+        "created": ids.created,
+        "model": ids.model,
         "choices": [{"index": 0, "message": message, "finish_reason": answer.finish_reason, "logprobs": None}],
-        "usage": usage_body(completion.usage), **_extras(answer),
+        "usage": usage_body(completion.usage),
+        **_extras(answer),
     }
 
 
 def _chunk(ids: ResponseIds, choices: list[dict[str, Any]], include_usage: bool) -> dict[str, Any]:
-    chunk = {"id": ids.id, "object": "chat.completion.chunk", "created": ids.created, "model": ids.model,
-             "choices": choices}
+    chunk = {
+        "id": ids.id,
+        "object": "chat.completion.chunk",
+        "created": ids.created,
+        "model": ids.model,
+        "choices": choices,
+    }
     if include_usage:
         chunk["usage"] = None  # as OpenAI: null on every chunk but the last
     return chunk

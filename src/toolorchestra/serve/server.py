@@ -41,8 +41,9 @@ def listen_socket(host: str, port: int) -> socket.socket:
 
 
 def uvicorn_server(app: Any, log_level: str = "info", access_log: bool = True) -> uvicorn.Server:
-    config = uvicorn.Config(app, log_level=log_level, access_log=access_log, backlog=LISTEN_BACKLOG,
-                            timeout_graceful_shutdown=5)
+    config = uvicorn.Config(
+        app, log_level=log_level, access_log=access_log, backlog=LISTEN_BACKLOG, timeout_graceful_shutdown=5
+    )
     return uvicorn.Server(config)
 
 
@@ -62,11 +63,15 @@ class ServerThread:
         self.port: int = self._sock.getsockname()[1]
         self.base_url = f"http://{host}:{self.port}/v1"
         self._server = uvicorn_server(app, log_level="warning", access_log=False)
-        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True,
-                                        name=f"toolorchestra-serve-{self.port}")
+        self._thread = threading.Thread(
+            target=self._server.run,
+            kwargs={"sockets": [self._sock]},
+            daemon=True,
+            name=f"toolorchestra-serve-{self.port}",
+        )
         self._start_timeout_s = start_timeout_s
 
-    def __enter__(self) -> "ServerThread":
+    def __enter__(self) -> ServerThread:
         self._thread.start()
         # uvicorn sets `started` once the socket accepts; poll rather than sleep a fixed time.
         deadline = time.monotonic() + self._start_timeout_s
@@ -76,8 +81,9 @@ class ServerThread:
             raise RuntimeError(f"server on port {self.port} did not start")
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 traceback: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
+    ) -> None:
         self._server.should_exit = True
         self._thread.join(timeout=10)
         self._sock.close()

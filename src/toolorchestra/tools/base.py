@@ -60,12 +60,21 @@ class Tool(ABC):
 
     def price_rows(self) -> list[dict[str, Any]]:
         """Rows for the orchestrator's price/latency table; free tools return one zero-cost row."""
-        return [{"tool": self.name, "label": "", "model": "", "input_per_m": 0.0, "output_per_m": 0.0,
-                 "per_call": 0.0, "latency_s": None}]
+        return [
+            {
+                "tool": self.name,
+                "label": "",
+                "model": "",
+                "input_per_m": 0.0,
+                "output_per_m": 0.0,
+                "per_call": 0.0,
+                "latency_s": None,
+            }
+        ]
 
     @abstractmethod
     async def run(self, arguments: dict[str, Any], context: ToolContext) -> ToolResult:
         """Execute one call. Must not raise for bad arguments: return ToolResult(error=...)."""
 
-    async def aclose(self) -> None:
+    async def aclose(self) -> None:  # noqa: B027 (an optional hook: most tools hold nothing)
         """Release resources."""

@@ -32,8 +32,9 @@ def _build(spec: ToolSpec, pool: ModelPool, options: dict) -> Tool:
     if spec.type == "search_query_writer":
         from toolorchestra.tools.search import QueryWriterSearchTool
 
-        return QueryWriterSearchTool(name=spec.name, description=spec.description or None, labels=spec.models,
-                                     pool=pool, **options)
+        return QueryWriterSearchTool(
+            name=spec.name, description=spec.description or None, labels=spec.models, pool=pool, **options
+        )
     if spec.type == "web_search":
         from toolorchestra.tools.web_search import WebSearchTool
 

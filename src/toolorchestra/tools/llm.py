@@ -16,16 +16,16 @@ from toolorchestra.tools.base import Tool, ToolContext, ToolResult
 
 EXPERT_SYSTEM = "You are an expert assistant. Answer the question accurately and concisely."
 ANSWER_SYSTEM = (
-    "You give the final answer to the user's question. Use the notes if they help. "
-    "Reply with the answer only."
+    "You give the final answer to the user's question. Use the notes if they help. Reply with the answer only."
 )
 
 
 class LLMTool(Tool):
     """Base of tools that route a request to one of several models by label."""
 
-    def __init__(self, name: str, description: str, labels: dict[str, str], pool: ModelPool,
-                 max_tokens: int = 512) -> None:
+    def __init__(
+        self, name: str, description: str, labels: dict[str, str], pool: ModelPool, max_tokens: int = 512
+    ) -> None:
         self.name = name
         self.description = description
         self.labels = dict(labels)
@@ -39,11 +39,17 @@ class LLMTool(Tool):
         rows = []
         for label, model in self.labels.items():
             spec = self.pool.spec(model)
-            rows.append({
-                "tool": self.name, "label": label, "model": model,
-                "input_per_m": spec.price.input_per_m, "output_per_m": spec.price.output_per_m,
-                "per_call": spec.price.per_call, "latency_s": spec.latency.seconds(200),
-            })
+            rows.append(
+                {
+                    "tool": self.name,
+                    "label": label,
+                    "model": model,
+                    "input_per_m": spec.price.input_per_m,
+                    "output_per_m": spec.price.output_per_m,
+                    "per_call": spec.price.per_call,
+                    "latency_s": spec.latency.seconds(200),
+                }
+            )
         return rows
 
     def resolve_label(self, arguments: dict[str, Any]) -> tuple[str, str] | str:
@@ -61,22 +67,32 @@ class LLMTool(Tool):
         except Exception as exc:  # a failed model call is an observation, never a crash of the episode
             return ToolResult(error=f"model {model} failed: {exc}", model=model, label=label)
         return ToolResult(
-            output=completion.text, model=model, label=label, cost_usd=cost, latency_s=completion.latency_s,
-            prompt_tokens=completion.usage.prompt_tokens, completion_tokens=completion.usage.completion_tokens,
+            output=completion.text,
+            model=model,
+            label=label,
+            cost_usd=cost,
+            latency_s=completion.latency_s,
+            prompt_tokens=completion.usage.prompt_tokens,
+            completion_tokens=completion.usage.completion_tokens,
         )
 
 
 class ExpertTool(LLMTool):
-    def __init__(self, name: str, description: str, labels: dict[str, str], pool: ModelPool,
-                 max_tokens: int = 512) -> None:
-        super().__init__(name, description or "Ask a language model a self-contained question.", labels, pool,
-                         max_tokens)
+    def __init__(
+        self, name: str, description: str, labels: dict[str, str], pool: ModelPool, max_tokens: int = 512
+    ) -> None:
+        super().__init__(
+            name, description or "Ask a language model a self-contained question.", labels, pool, max_tokens
+        )
         self.parameters = {
             "type": "object",
             "properties": {
                 "model": self.label_property(),
-                "question": {"type": "string", "minLength": 1,
-                             "description": "the full question, with any context it needs (default: the user's question)"},
+                "question": {
+                    "type": "string",
+                    "minLength": 1,
+                    "description": "the full question, with any context it needs (default: the user's question)",
+                },
             },
             "required": ["model"] if len(labels) > 1 else [],
         }
@@ -89,17 +105,18 @@ class ExpertTool(LLMTool):
         if not isinstance(question, str):
             return ToolResult(error=f"argument 'question' must be a string; got {type(question).__name__}")
         label, model = resolved
-        return await self.ask(label, model, [{"role": "system", "content": EXPERT_SYSTEM},
-                                             {"role": "user", "content": question}])
+        return await self.ask(
+            label, model, [{"role": "system", "content": EXPERT_SYSTEM}, {"role": "user", "content": question}]
+        )
 
 
 class AnswerTool(LLMTool):
     """Ends the episode: either states the answer, or lets an answer model write it."""
 
-    def __init__(self, name: str, description: str, labels: dict[str, str], pool: ModelPool,
-                 max_tokens: int = 512) -> None:
-        super().__init__(name, description or "Give the final answer and end the episode.", labels, pool,
-                         max_tokens)
+    def __init__(
+        self, name: str, description: str, labels: dict[str, str], pool: ModelPool, max_tokens: int = 512
+    ) -> None:
+        super().__init__(name, description or "Give the final answer and end the episode.", labels, pool, max_tokens)
         properties: dict[str, Any] = {"answer": {"type": "string", "minLength": 1, "description": "the final answer"}}
         if labels:
             properties["model"] = self.label_property()
@@ -116,12 +133,14 @@ class AnswerTool(LLMTool):
             label, model = resolved
             consulted = consulted_answer(context.messages, label, context.task.prompt, self.name)
             if consulted is not None:  # adopt what this model already answered: no second call
-                return ToolResult(output=consulted, model=model, label=label, final=True, answer=consulted,
-                                  meta={"adopted": True})
+                return ToolResult(
+                    output=consulted, model=model, label=label, final=True, answer=consulted, meta={"adopted": True}
+                )
             notes = _notes(context.messages)
             prompt = context.task.prompt + (f"\n\nNotes:\n{notes}" if notes else "")
-            result = await self.ask(label, model, [{"role": "system", "content": ANSWER_SYSTEM},
-                                                   {"role": "user", "content": prompt}])
+            result = await self.ask(
+                label, model, [{"role": "system", "content": ANSWER_SYSTEM}, {"role": "user", "content": prompt}]
+            )
             if result.error is None:
                 result.final, result.answer = True, result.output
             return result
@@ -131,8 +150,9 @@ class AnswerTool(LLMTool):
         return ToolResult(output=answer, final=True, answer=answer)
 
 
-def consulted_answer(messages: list[dict[str, Any]], label: str, question: str, answer_tool: str = "answer"
-                     ) -> str | None:
+def consulted_answer(
+    messages: list[dict[str, Any]], label: str, question: str, answer_tool: str = "answer"
+) -> str | None:
     """What the model behind `label` answered when an earlier tool call (other than `answer_tool`) asked it
     the user's own question (no `question` argument, or the question itself) without failing; None if no
     call did. Call ids may repeat across turns, so each call is matched to the next tool message with its id."""
@@ -146,8 +166,12 @@ def consulted_answer(messages: list[dict[str, Any]], label: str, question: str, 
                     arguments = json.loads(arguments)
                 except ValueError:
                     continue
-            if (isinstance(arguments, dict) and arguments.get("model") == label
-                    and function.get("name") != answer_tool and arguments.get("question") in (None, "", question)):
+            if (
+                isinstance(arguments, dict)
+                and arguments.get("model") == label
+                and function.get("name") != answer_tool
+                and arguments.get("question") in (None, "", question)
+            ):
                 asked.add(str(call.get("id")))
         call_id = str(message.get("tool_call_id"))
         if message.get("role") == "tool" and call_id in asked:

@@ -65,14 +65,24 @@ class SandboxLimits:
     max_code_chars: int = 200_000
 
     def __post_init__(self) -> None:
-        for name in ("timeout_s", "cpu_s", "memory_mb", "max_file_mb", "workspace_mb", "max_procs",
-                     "max_output_chars", "max_code_chars"):
+        for name in (
+            "timeout_s",
+            "cpu_s",
+            "memory_mb",
+            "max_file_mb",
+            "workspace_mb",
+            "max_procs",
+            "max_output_chars",
+            "max_code_chars",
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ConfigError(f"python tool option {name!r} must be a positive number; got {value!r}")
         if self.max_output_chars < MIN_OUTPUT_CHARS:
-            raise ConfigError(f"python tool option 'max_output_chars' must be at least {MIN_OUTPUT_CHARS}; "
-                              f"got {self.max_output_chars!r}")
+            raise ConfigError(
+                f"python tool option 'max_output_chars' must be at least {MIN_OUTPUT_CHARS}; "
+                f"got {self.max_output_chars!r}"
+            )
         if self.max_procs < 2:
             raise ConfigError(f"python tool option 'max_procs' must be at least 2; got {self.max_procs!r}")
 
@@ -93,7 +103,7 @@ class Capture:
             self.head += chunk[:room]
             chunk = chunk[room:]
         if chunk:
-            self.tail = (self.tail + chunk)[-self.keep:]
+            self.tail = (self.tail + chunk)[-self.keep :]
 
     @property
     def dropped(self) -> int:
@@ -136,16 +146,35 @@ class Execution:
 class PythonTool(Tool):
     """Runs a Python snippet in a fresh sandboxed process per call; nothing carries over between calls."""
 
-    def __init__(self, name: str = "python", description: str | None = None, *, timeout_s: float = 10.0,
-                 cpu_s: int = 10, memory_mb: int = 1024, max_file_mb: int = 64, workspace_mb: int = 256,
-                 max_procs: int = 32, max_output_chars: int = 4000, max_code_chars: int = 200_000,
-                 isolation: str = "auto") -> None:
+    def __init__(
+        self,
+        name: str = "python",
+        description: str | None = None,
+        *,
+        timeout_s: float = 10.0,
+        cpu_s: int = 10,
+        memory_mb: int = 1024,
+        max_file_mb: int = 64,
+        workspace_mb: int = 256,
+        max_procs: int = 32,
+        max_output_chars: int = 4000,
+        max_code_chars: int = 200_000,
+        isolation: str = "auto",
+    ) -> None:
         if isolation not in ISOLATION_MODES:
-            raise ConfigError(f"python tool option 'isolation' must be one of {list(ISOLATION_MODES)}; "
-                              f"got {isolation!r}")
-        self.limits = SandboxLimits(timeout_s=timeout_s, cpu_s=cpu_s, memory_mb=memory_mb,
-                                    max_file_mb=max_file_mb, workspace_mb=workspace_mb, max_procs=max_procs,
-                                    max_output_chars=max_output_chars, max_code_chars=max_code_chars)
+            raise ConfigError(
+                f"python tool option 'isolation' must be one of {list(ISOLATION_MODES)}; got {isolation!r}"
+            )
+        self.limits = SandboxLimits(
+            timeout_s=timeout_s,
+            cpu_s=cpu_s,
+            memory_mb=memory_mb,
+            max_file_mb=max_file_mb,
+            workspace_mb=workspace_mb,
+            max_procs=max_procs,
+            max_output_chars=max_output_chars,
+            max_code_chars=max_code_chars,
+        )
         self.isolation = isolation
         self.name = name
         self.description = description or (
@@ -156,7 +185,9 @@ class PythonTool(Tool):
         )
         self.parameters = {
             "type": "object",
-            "properties": {"code": {"type": "string", "minLength": 1, "description": "the complete Python program to run"}},
+            "properties": {
+                "code": {"type": "string", "minLength": 1, "description": "the complete Python program to run"}
+            },
             "required": ["code"],
         }
 
@@ -168,14 +199,18 @@ class PythonTool(Tool):
         cgroup = make_memory_cgroup(self.limits.memory_mb)
         oom_kills, peak = 0, ""
         try:
-            with tempfile.TemporaryDirectory(prefix=f"{RUN_PREFIX}{os.getpid()}-",
-                                             ignore_cleanup_errors=True) as workdir:
+            with tempfile.TemporaryDirectory(
+                prefix=f"{RUN_PREFIX}{os.getpid()}-", ignore_cleanup_errors=True
+            ) as workdir:
                 execution = await self._execute(code, workdir, cgroup)
         finally:
             if cgroup:
                 oom_kills = cgroup_oom_kills(cgroup_oom_file(cgroup))
-                peak = _read_text(os.path.join(cgroup["path"], "memory.peak" if cgroup["version"] == "v2"
-                                               else "memory.max_usage_in_bytes")).strip()
+                peak = _read_text(
+                    os.path.join(
+                        cgroup["path"], "memory.peak" if cgroup["version"] == "v2" else "memory.max_usage_in_bytes"
+                    )
+                ).strip()
                 await remove_cgroup(cgroup["path"])
         if cgroup and peak.isdigit():  # the kernel's count: every page charged to the call, tmpfs included
             execution.report["cgroup_peak_mb"] = round(int(peak) / 2**20, 1)
@@ -193,8 +228,9 @@ class PythonTool(Tool):
         if not code.strip():
             return ToolResult(error="argument 'code' is empty; give the Python program to run")
         if len(code) > self.limits.max_code_chars:
-            return ToolResult(error=f"argument 'code' has {len(code)} characters; the limit is "
-                                    f"{self.limits.max_code_chars}")
+            return ToolResult(
+                error=f"argument 'code' has {len(code)} characters; the limit is {self.limits.max_code_chars}"
+            )
         return code
 
     # ------------------------------------------------------------------------------------------- running
@@ -206,10 +242,19 @@ class PythonTool(Tool):
         started = time.monotonic()
         try:
             process = await asyncio.create_subprocess_exec(
-                sys.executable, "-I", "-S", "-c", LAUNCHER_STUB, str(LAUNCHER.parent),
+                sys.executable,
+                "-I",
+                "-S",
+                "-c",
+                LAUNCHER_STUB,
+                str(LAUNCHER.parent),
                 json.dumps(self._launcher_config(workdir, status_write, cgroup)),
-                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-                env=sandbox_environment(workdir), start_new_session=True, pass_fds=(status_write,),
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env=sandbox_environment(workdir),
+                start_new_session=True,
+                pass_fds=(status_write,),
             )
         except BaseException:
             os.close(status_read)
@@ -224,8 +269,10 @@ class PythonTool(Tool):
         return execution
 
     async def _communicate(self, process: asyncio.subprocess.Process, code: bytes, execution: Execution) -> None:
-        readers = [asyncio.create_task(_drain(process.stdout, execution.stdout)),
-                   asyncio.create_task(_drain(process.stderr, execution.stderr))]
+        readers = [
+            asyncio.create_task(_drain(process.stdout, execution.stdout)),
+            asyncio.create_task(_drain(process.stderr, execution.stderr)),
+        ]
         try:
             await asyncio.wait_for(_feed_and_wait(process, code), self.limits.timeout_s)
         except TimeoutError:
@@ -245,13 +292,22 @@ class PythonTool(Tool):
     def _launcher_config(self, workdir: str, status_fd: int, cgroup: dict[str, str] | None) -> dict[str, Any]:
         limits = self.limits
         return {
-            "mode": self.isolation, "cgroup": cgroup, "workdir": workdir, "python": sys.executable,
+            "mode": self.isolation,
+            "cgroup": cgroup,
+            "workdir": workdir,
+            "python": sys.executable,
             "launcher": str(LAUNCHER),
-            "status_fd": status_fd, "home": os.path.expanduser("~"), "needed_paths": interpreter_paths(),
+            "status_fd": status_fd,
+            "home": os.path.expanduser("~"),
+            "needed_paths": interpreter_paths(),
             "watchdog_s": math.ceil(limits.timeout_s) + WATCHDOG_GRACE_S,
-            "limits": {"cpu_s": math.ceil(limits.cpu_s), "memory_mb": limits.memory_mb,
-                       "max_file_mb": limits.max_file_mb, "workspace_mb": limits.workspace_mb,
-                       "max_procs": limits.max_procs},
+            "limits": {
+                "cpu_s": math.ceil(limits.cpu_s),
+                "memory_mb": limits.memory_mb,
+                "max_file_mb": limits.max_file_mb,
+                "workspace_mb": limits.workspace_mb,
+                "max_procs": limits.max_procs,
+            },
         }
 
     # ------------------------------------------------------------------------------------------ reporting
@@ -261,12 +317,26 @@ class PythonTool(Tool):
         report = execution.report
         exit_code, signal_number = _how_it_ended(execution)
         meta: dict[str, Any] = {
-            "exit_code": exit_code, "signal": signal_number, "timed_out": execution.timed_out,
-            "truncated": truncated, "stdout_bytes": execution.stdout.total, "stderr_bytes": execution.stderr.total,
+            "exit_code": exit_code,
+            "signal": signal_number,
+            "timed_out": execution.timed_out,
+            "truncated": truncated,
+            "stdout_bytes": execution.stdout.total,
+            "stderr_bytes": execution.stderr.total,
             "sandbox": report.get("layers", {}),
         }
-        for key in ("uid", "cpu_s", "max_rss_mb", "peak_memory_mb", "cgroup_peak_mb", "memory_exceeded",
-                    "namespace_error", "setup_error", "cgroup_error", "seccomp"):
+        for key in (
+            "uid",
+            "cpu_s",
+            "max_rss_mb",
+            "peak_memory_mb",
+            "cgroup_peak_mb",
+            "memory_exceeded",
+            "namespace_error",
+            "setup_error",
+            "cgroup_error",
+            "seccomp",
+        ):
             if key in report:
                 meta[key] = report[key]
         if "namespace_error" in report and self.isolation == "auto":
@@ -279,8 +349,10 @@ class PythonTool(Tool):
 
     def _warn_fallback(self, reason: str) -> str:
         """isolation 'auto' without namespaces: say so loudly, once per tool, and in every result's meta."""
-        message = (f"python tool {self.name!r}: isolation 'auto' fell back from namespaces to the fallback "
-                   f"(audit hook, not a security boundary) because unshare() was refused: {reason}")
+        message = (
+            f"python tool {self.name!r}: isolation 'auto' fell back from namespaces to the fallback "
+            f"(audit hook, not a security boundary) because unshare() was refused: {reason}"
+        )
         if not getattr(self, "_warned_fallback", False):
             log.warning(message)
             self._warned_fallback = True
@@ -293,40 +365,59 @@ class PythonTool(Tool):
             return [f"sandbox setup failed: {execution.report['setup_error']}"]
         problems = []
         if "memory_exceeded" in execution.report:
-            return [f"memory limit exceeded: all processes of this call together may use memory_mb="
-                    f"{limits.memory_mb} MB, and {execution.report['memory_exceeded']}; every process of the "
-                    f"call was killed"]
+            return [
+                f"memory limit exceeded: all processes of this call together may use memory_mb="
+                f"{limits.memory_mb} MB, and {execution.report['memory_exceeded']}; every process of the "
+                f"call was killed"
+            ]
         if execution.timed_out:
             problems.append(f"wall-clock timeout: killed after {limits.timeout_s:g} s")
-        elif signal_number == signal.SIGXCPU or (signal_number == signal.SIGKILL and
-                                                 execution.report.get("cpu_s", 0) >= limits.cpu_s):
-            problems.append(f"CPU time limit exceeded (cpu_s={limits.cpu_s}): killed by signal "
-                            f"{_signal_name(signal_number)}")
+        elif signal_number == signal.SIGXCPU or (
+            signal_number == signal.SIGKILL and execution.report.get("cpu_s", 0) >= limits.cpu_s
+        ):
+            problems.append(
+                f"CPU time limit exceeded (cpu_s={limits.cpu_s}): killed by signal {_signal_name(signal_number)}"
+            )
         elif signal_number is not None:
             problems.append(f"killed by signal {_signal_name(signal_number)}")
         if exit_code != 0 or execution.timed_out:
             stderr_text = execution.stderr.end()
-            problems += [describe.format(**vars(limits)) for pattern, describe in VIOLATION_PATTERNS
-                         if pattern.search(stderr_text)]
+            problems += [
+                describe.format(**vars(limits))
+                for pattern, describe in VIOLATION_PATTERNS
+                if pattern.search(stderr_text)
+            ]
         return problems
 
 
 # Signs in stderr that the code ran into a sandbox limit rather than a bug of its own.
 VIOLATION_PATTERNS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"MemoryError"), "memory limit exceeded (memory_mb={memory_mb})"),
-    (re.compile(r"\[Errno 11\] Resource temporarily unavailable|BlockingIOError"),
-     "process limit reached (max_procs={max_procs})"),
+    (
+        re.compile(r"\[Errno 11\] Resource temporarily unavailable|BlockingIOError"),
+        "process limit reached (max_procs={max_procs})",
+    ),
     (re.compile(r"\[Errno 27\] File too large"), "file size limit exceeded (max_file_mb={max_file_mb})"),
     (re.compile(r"\[Errno 28\] No space left on device"), "workspace full (workspace_mb={workspace_mb})"),
-    (re.compile(r"Network is unreachable|sandbox: network access is disabled|Temporary failure in name "
-                r"resolution|gaierror|\[Errno 99\] Cannot assign requested address"),
-     "network access is disabled in the sandbox"),
-    (re.compile(r"\[Errno 97\] Address family not supported"),
-     "Unix sockets are disabled in the sandbox (socketpair() works)"),
-    (re.compile(r"Read-only file system|Permission denied|sandbox: writing outside|sandbox: reading other"),
-     "permission refused by the sandbox (it may write only in its working directory)"),
-    (re.compile(r"sandbox: starting or signalling processes is disabled"),
-     "starting processes is disabled in this sandbox (fallback isolation)"),
+    (
+        re.compile(
+            r"Network is unreachable|sandbox: network access is disabled|Temporary failure in name "
+            r"resolution|gaierror|\[Errno 99\] Cannot assign requested address"
+        ),
+        "network access is disabled in the sandbox",
+    ),
+    (
+        re.compile(r"\[Errno 97\] Address family not supported"),
+        "Unix sockets are disabled in the sandbox (socketpair() works)",
+    ),
+    (
+        re.compile(r"Read-only file system|Permission denied|sandbox: writing outside|sandbox: reading other"),
+        "permission refused by the sandbox (it may write only in its working directory)",
+    ),
+    (
+        re.compile(r"sandbox: starting or signalling processes is disabled"),
+        "starting processes is disabled in this sandbox (fallback isolation)",
+    ),
 ]
 
 
@@ -364,7 +455,7 @@ def combine_output(stdout: Capture, stderr: Capture, limit: int) -> tuple[str, b
         out_text = out_text[:out_budget]
         out_text += f"\n[... {stdout.total - _byte_length(out_text)} bytes of stdout cut ...]\n"
     if stderr.dropped or len(err_text) > err_budget:
-        err_text = err_text[len(err_text) - err_budget:] if err_budget else ""
+        err_text = err_text[len(err_text) - err_budget :] if err_budget else ""
         err_text = f"[... {stderr.total - _byte_length(err_text)} bytes of stderr cut ...]\n" + err_text
     return _printable(_join_streams(out_text, err_text)), True
 
@@ -384,11 +475,16 @@ def sandbox_environment(workdir: str) -> dict[str, str]:
     interpreter_bin = os.path.dirname(sys.executable)
     return {
         "PATH": f"{interpreter_bin}:/usr/local/bin:/usr/bin:/bin",
-        "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
-        "HOME": workdir, "TMPDIR": workdir,
-        "USER": "sandbox", "LOGNAME": "sandbox",  # getpass.getuser() works for a uid with no passwd entry
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "HOME": workdir,
+        "TMPDIR": workdir,
+        "USER": "sandbox",
+        "LOGNAME": "sandbox",  # getpass.getuser() works for a uid with no passwd entry
         # One thread per BLAS/OpenMP pool: threads count against max_procs and against the address space.
-        "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+        "OMP_NUM_THREADS": "1",
+        "OPENBLAS_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
         "MPLBACKEND": "Agg",
     }
 
@@ -397,8 +493,14 @@ def sandbox_environment(workdir: str) -> dict[str, str]:
 def interpreter_paths() -> list[str]:
     """Where the interpreter and its packages live: the sandbox must still reach these when it hides a
     directory that holds them (e.g. a pyenv under /root)."""
-    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
-             os.path.dirname(os.path.realpath(sys.executable)), str(LAUNCHER.parent)}
+    paths = {
+        sys.prefix,
+        sys.base_prefix,
+        sys.exec_prefix,
+        sys.base_exec_prefix,
+        os.path.dirname(os.path.realpath(sys.executable)),
+        str(LAUNCHER.parent),
+    }
     paths.update(value for value in sysconfig.get_paths().values() if value)
     paths.update(entry for entry in sys.path if entry and os.path.isabs(entry))
     return sorted(path for path in paths if os.path.exists(path))
@@ -492,8 +594,9 @@ def memory_cgroup_parent() -> tuple[str, str] | None:
                     return "v2", directory
             elif fstype == "cgroup" and "memory" in options.split(",") and "memory" in controllers.split(","):
                 for directory in (os.path.join(mount_point, path.lstrip("/")), mount_point):
-                    if os.path.isfile(os.path.join(directory, "memory.limit_in_bytes")) and \
-                            os.access(directory, os.W_OK):
+                    if os.path.isfile(os.path.join(directory, "memory.limit_in_bytes")) and os.access(
+                        directory, os.W_OK
+                    ):
                         return "v1", directory
     return None
 
@@ -514,8 +617,11 @@ def make_memory_cgroup(memory_mb: int) -> dict[str, str] | None:
     version, directory = parent
     path = os.path.join(directory, f"{RUN_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}")
     limit = str(memory_mb * 1024 * 1024)
-    settings = ([("memory.max", limit), ("memory.swap.max", "0"), ("memory.oom.group", "1")] if version == "v2"
-                else [("memory.limit_in_bytes", limit), ("memory.memsw.limit_in_bytes", limit)])
+    settings = (
+        [("memory.max", limit), ("memory.swap.max", "0"), ("memory.oom.group", "1")]
+        if version == "v2"
+        else [("memory.limit_in_bytes", limit), ("memory.memsw.limit_in_bytes", limit)]
+    )
     try:
         os.mkdir(path)
     except OSError as exc:

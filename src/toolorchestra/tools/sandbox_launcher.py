@@ -39,8 +39,10 @@ if TYPE_CHECKING:  # type checkers only: importing typing at run time costs more
 
 # Run by the tool with `python -I -S -c LAUNCHER_STUB TOOLS_DIR ...`: importing (not running) this file lets
 # Python reuse its cached bytecode; the tools dir leaves sys.path again before any user code runs.
-LAUNCHER_STUB = ("import sys; sys.path.insert(0, sys.argv[1]); import sandbox_launcher; del sys.path[0]; "
-                 "sys.exit(sandbox_launcher.main(sys.argv[2:]))")
+LAUNCHER_STUB = (
+    "import sys; sys.path.insert(0, sys.argv[1]); import sandbox_launcher; del sys.path[0]; "
+    "sys.exit(sandbox_launcher.main(sys.argv[2:]))"
+)
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUTS = 0x04000000
@@ -124,7 +126,9 @@ def unshare(flags: int) -> None:
 def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
     import ctypes
 
-    encode = (lambda text: text.encode() if text is not None else None)
+    def encode(text: str | None) -> bytes | None:
+        return text.encode() if text is not None else None
+
     result = _libc().mount(encode(source), encode(target), encode(fstype), ctypes.c_ulong(flags), encode(data))
     _check(result, f"mount {fstype or source} on {target}")
 
@@ -134,20 +138,34 @@ def make_tree_readonly(path: str) -> None:
     import ctypes
 
     class MountAttr(ctypes.Structure):  # struct mount_attr of <linux/mount.h>
-        _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
-                    ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
+        _fields_ = [
+            ("attr_set", ctypes.c_uint64),
+            ("attr_clr", ctypes.c_uint64),
+            ("propagation", ctypes.c_uint64),
+            ("userns_fd", ctypes.c_uint64),
+        ]
 
     attr = MountAttr(attr_set=MOUNT_ATTR_RDONLY)
-    result = _libc().syscall(ctypes.c_long(SYS_MOUNT_SETATTR), ctypes.c_int(AT_FDCWD), path.encode(),
-                             ctypes.c_uint(AT_RECURSIVE), ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)))
+    result = _libc().syscall(
+        ctypes.c_long(SYS_MOUNT_SETATTR),
+        ctypes.c_int(AT_FDCWD),
+        path.encode(),
+        ctypes.c_uint(AT_RECURSIVE),
+        ctypes.byref(attr),
+        ctypes.c_size_t(ctypes.sizeof(attr)),
+    )
     _check(result, f"mount_setattr read-only {path}")
 
 
 def prctl(option: int, value: int) -> None:
     import ctypes
 
-    _check(_libc().prctl(ctypes.c_int(option), ctypes.c_ulong(value), ctypes.c_ulong(0), ctypes.c_ulong(0),
-                         ctypes.c_ulong(0)), f"prctl {option}")
+    _check(
+        _libc().prctl(
+            ctypes.c_int(option), ctypes.c_ulong(value), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0)
+        ),
+        f"prctl {option}",
+    )
 
 
 class Status:
@@ -285,9 +303,12 @@ def _namespace_init(config: dict[str, Any], identity: str, host_pid: int, code: 
         _run_child(lambda: _exec_user_code(config, identity, host_pid, code, status, fallback=False), status)
     wait_status, over = _reap_and_watch(user_pid, watch)
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    ended: dict[str, Any] = {"cpu_s": round(usage.ru_utime + usage.ru_stime, 3),
-                             "max_rss_mb": round(usage.ru_maxrss / 1024, 1), "layers": layers,
-                             "peak_memory_mb": round(watch.peak / 2**20, 1)}
+    ended: dict[str, Any] = {
+        "cpu_s": round(usage.ru_utime + usage.ru_stime, 3),
+        "max_rss_mb": round(usage.ru_maxrss / 1024, 1),
+        "layers": layers,
+        "peak_memory_mb": round(watch.peak / 2**20, 1),
+    }
     if over:
         ended["memory_exceeded"] = over
     if os.WIFSIGNALED(wait_status):
@@ -401,9 +422,14 @@ def _setup_filesystem(config: dict[str, Any], identity: str) -> dict[str, str]:
     mount("tmpfs", workdir, "tmpfs", MS_NOSUID | MS_NODEV, f"{size},mode=0700")
     if os.path.isdir("/dev/shm"):  # multiprocessing's semaphores live there
         mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, f"{size},mode=1777")
-    layers = {"isolation": "namespaces", "network": "netns", "filesystem": "mountns-readonly",
-              "processes": "rlimit-nproc-uid" if identity == "root" else "rlimit-nproc-userns", "kill": "pidns",
-              "hidden": ",".join(hidden)}
+    layers = {
+        "isolation": "namespaces",
+        "network": "netns",
+        "filesystem": "mountns-readonly",
+        "processes": "rlimit-nproc-uid" if identity == "root" else "rlimit-nproc-userns",
+        "kill": "pidns",
+        "hidden": ",".join(hidden),
+    }
     try:  # a /proc of our own pid namespace: no other process is visible
         mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY)
         layers["proc"] = "private"
@@ -472,8 +498,9 @@ def _outermost(paths: list[str]) -> list[str]:
 # ------------------------------------------------------------------------------------------- the user's code
 
 
-def _exec_user_code(config: dict[str, Any], identity: str | None, host_pid: int, code: bytes, status: Status,
-                    fallback: bool) -> NoReturn:
+def _exec_user_code(
+    config: dict[str, Any], identity: str | None, host_pid: int, code: bytes, status: Status, fallback: bool
+) -> NoReturn:
     """Limits, identity, then exec the interpreter on main.py in the working dir. identity 'root' drops to a
     dedicated uid; otherwise the code keeps the launcher's uid (in a user namespace, without capabilities)."""
     workdir = config["workdir"]
@@ -510,34 +537,38 @@ def install_seccomp_filter() -> str:
     load, jump_eq, jump_ge, ret = 0x20, 0x15, 0x35, 0x06
     # (code, jump if true, jump if false, k); jumps count instructions skipped after this one.
     program = [
-        (load, 0, 0, 4),                          # 0: arch
-        (jump_eq, 1, 0, arch),                    # 1: native ABI? go on : refuse
-        (ret, 0, 0, no_such_call),                # 2
-        (load, 0, 0, 0),                          # 3: syscall number
-        (jump_ge, 5, 0, X32_SYSCALL_BIT),         # 4: x32 ABI -> refuse (10)
-        (jump_eq, 4, 0, IO_URING_CALLS[0]),       # 5
-        (jump_eq, 3, 0, IO_URING_CALLS[1]),       # 6
-        (jump_eq, 2, 0, IO_URING_CALLS[2]),       # 7
-        (jump_eq, 2, 0, socket_nr),               # 8: socket() -> 11, else allow (9)
-        (ret, 0, 0, allow),                       # 9
-        (ret, 0, 0, no_such_call),                # 10
-        (load, 0, 0, 16),                         # 11: low half of args[0], the address family
-        (jump_eq, 0, 1, AF_UNIX),                 # 12
-        (ret, 0, 0, refuse_unix),                 # 13
-        (ret, 0, 0, allow),                       # 14
+        (load, 0, 0, 4),  # 0: arch
+        (jump_eq, 1, 0, arch),  # 1: native ABI? go on : refuse
+        (ret, 0, 0, no_such_call),  # 2
+        (load, 0, 0, 0),  # 3: syscall number
+        (jump_ge, 5, 0, X32_SYSCALL_BIT),  # 4: x32 ABI -> refuse (10)
+        (jump_eq, 4, 0, IO_URING_CALLS[0]),  # 5
+        (jump_eq, 3, 0, IO_URING_CALLS[1]),  # 6
+        (jump_eq, 2, 0, IO_URING_CALLS[2]),  # 7
+        (jump_eq, 2, 0, socket_nr),  # 8: socket() -> 11, else allow (9)
+        (ret, 0, 0, allow),  # 9
+        (ret, 0, 0, no_such_call),  # 10
+        (load, 0, 0, 16),  # 11: low half of args[0], the address family
+        (jump_eq, 0, 1, AF_UNIX),  # 12
+        (ret, 0, 0, refuse_unix),  # 13
+        (ret, 0, 0, allow),  # 14
     ]
 
     class SockFilter(ctypes.Structure):
-        _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8),
-                    ("k", ctypes.c_uint32)]
+        _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
 
     class SockFprog(ctypes.Structure):
         _fields_ = [("len", ctypes.c_uint16), ("filter", ctypes.POINTER(SockFilter))]
 
     filters = (SockFilter * len(program))(*[SockFilter(*instruction) for instruction in program])
     fprog = SockFprog(len(program), filters)
-    result = _libc().prctl(ctypes.c_int(PR_SET_SECCOMP), ctypes.c_ulong(SECCOMP_MODE_FILTER), ctypes.byref(fprog),
-                           ctypes.c_ulong(0), ctypes.c_ulong(0))
+    result = _libc().prctl(
+        ctypes.c_int(PR_SET_SECCOMP),
+        ctypes.c_ulong(SECCOMP_MODE_FILTER),
+        ctypes.byref(fprog),
+        ctypes.c_ulong(0),
+        ctypes.c_ulong(0),
+    )
     _check(result, "seccomp filter")
     return "no-unix-sockets,no-io-uring"
 
@@ -584,23 +615,31 @@ def _exec_fallback(config: dict[str, Any], code: bytes, status: Status) -> NoRet
         if closed:
             raise SetupError(fallback_refusal(config["python"], closed[0], config.get("namespace_error")))
     cgroup = config.get("cgroup")
-    status.send(layers={"isolation": "fallback", "network": "audit-hook+seccomp",
-                        "filesystem": "uid+audit-hook" if as_root else "audit-hook",
-                        "processes": "audit-hook", "kill": "process-group",
-                        "memory": f"cgroup-{cgroup['version']}+rlimit-as" if cgroup else "rlimit-as"})
+    status.send(
+        layers={
+            "isolation": "fallback",
+            "network": "audit-hook+seccomp",
+            "filesystem": "uid+audit-hook" if as_root else "audit-hook",
+            "processes": "audit-hook",
+            "kill": "process-group",
+            "memory": f"cgroup-{cgroup['version']}+rlimit-as" if cgroup else "rlimit-as",
+        }
+    )
     _exec_user_code(config, "root" if as_root else None, os.getpid(), code, status, fallback=True)
 
 
 def fallback_refusal(python: str, closed: str, namespace_error: str | None) -> str:
     why = f" (unshare() was refused: {namespace_error})" if namespace_error else ""
-    return (f"refusing to run the code as root: the fallback isolation{why} drops root to an unprivileged uid, "
-            f"but that uid cannot use the interpreter {python} because {closed} (or a directory above it) is "
-            f"closed to other users. Get namespaces instead (isolation 'auto' or 'namespaces': root may call "
-            f"unshare() unless a container's seccomp profile forbids it, e.g. run the container with "
-            f"--security-opt seccomp=unconfined or --privileged; a normal user needs unprivileged user "
-            f"namespaces, sysctl kernel.unprivileged_userns_clone=1 / user.max_user_namespaces > 0), or run "
-            f"the tool with a Python installed where other users can read it (e.g. /usr or /opt), or as a "
-            f"non-root user")
+    return (
+        f"refusing to run the code as root: the fallback isolation{why} drops root to an unprivileged uid, "
+        f"but that uid cannot use the interpreter {python} because {closed} (or a directory above it) is "
+        f"closed to other users. Get namespaces instead (isolation 'auto' or 'namespaces': root may call "
+        f"unshare() unless a container's seccomp profile forbids it, e.g. run the container with "
+        f"--security-opt seccomp=unconfined or --privileged; a normal user needs unprivileged user "
+        f"namespaces, sysctl kernel.unprivileged_userns_clone=1 / user.max_user_namespaces > 0), or run "
+        f"the tool with a Python installed where other users can read it (e.g. /usr or /opt), or as a "
+        f"non-root user"
+    )
 
 
 def _open_to_others(path: str) -> bool:
@@ -618,12 +657,43 @@ def _open_to_others(path: str) -> bool:
     return True
 
 
-NETWORK_EVENTS = {"socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg", "socket.getaddrinfo",
-                  "socket.gethostbyname", "socket.gethostbyaddr", "socket.getnameinfo"}
-PROCESS_EVENTS = {"os.fork", "os.forkpty", "os.posix_spawn", "os.exec", "os.system", "subprocess.Popen",
-                  "os.kill", "os.killpg", "ctypes.dlopen", "ctypes.dlsym"}
-PATH_WRITE_EVENTS = {"os.remove", "os.rmdir", "os.mkdir", "os.chmod", "os.chown", "os.link", "os.symlink",
-                     "os.truncate", "os.utime", "os.setxattr", "os.removexattr", "os.rename", "shutil.rmtree"}
+NETWORK_EVENTS = {
+    "socket.connect",
+    "socket.bind",
+    "socket.sendto",
+    "socket.sendmsg",
+    "socket.getaddrinfo",
+    "socket.gethostbyname",
+    "socket.gethostbyaddr",
+    "socket.getnameinfo",
+}
+PROCESS_EVENTS = {
+    "os.fork",
+    "os.forkpty",
+    "os.posix_spawn",
+    "os.exec",
+    "os.system",
+    "subprocess.Popen",
+    "os.kill",
+    "os.killpg",
+    "ctypes.dlopen",
+    "ctypes.dlsym",
+}
+PATH_WRITE_EVENTS = {
+    "os.remove",
+    "os.rmdir",
+    "os.mkdir",
+    "os.chmod",
+    "os.chown",
+    "os.link",
+    "os.symlink",
+    "os.truncate",
+    "os.utime",
+    "os.setxattr",
+    "os.removexattr",
+    "os.rename",
+    "shutil.rmtree",
+}
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
 
@@ -645,8 +715,11 @@ def guard_and_run(workdir: str) -> int:
         frames = list(traceback.extract_tb(exc.__traceback__))
         first_user_frame = next((index for index, frame in enumerate(frames) if frame.filename == "main.py"), 0)
         frames = [frame for frame in frames[first_user_frame:] if frame.filename != __file__]
-        sys.stderr.write("Traceback (most recent call last):\n" + "".join(traceback.format_list(frames))
-                         + "".join(traceback.format_exception_only(type(exc), exc)))
+        sys.stderr.write(
+            "Traceback (most recent call last):\n"
+            + "".join(traceback.format_list(frames))
+            + "".join(traceback.format_exception_only(type(exc), exc))
+        )
         return 1
     return 0
 

@@ -36,15 +36,19 @@ def load_corpus(path: Path) -> list[dict[str, str]]:
         raise UserError(f"search corpus {path}: file not found")
     raw = path.read_text(encoding="utf-8")
     try:
-        records = json.loads(raw) if raw.lstrip().startswith("[") \
+        records = (
+            json.loads(raw)
+            if raw.lstrip().startswith("[")
             else [json.loads(line) for line in raw.splitlines() if line.strip()]
+        )
     except json.JSONDecodeError as exc:
         raise UserError(f"search corpus {path}: not valid JSON or JSONL ({exc})") from None
     passages = []
     for index, record in enumerate(records):
         if not isinstance(record, dict) or not isinstance(record.get("text"), str):
-            raise UserError(f"search corpus {path}: passage {index} needs a string field 'text' "
-                            "(and optionally 'title')")
+            raise UserError(
+                f"search corpus {path}: passage {index} needs a string field 'text' (and optionally 'title')"
+            )
         passages.append({"title": str(record.get("title", "")), "text": record["text"]})
     return passages
 
@@ -131,15 +135,30 @@ class SearchTool(Tool):
 class QueryWriterSearchTool(LLMTool):
     """Search where a chosen model writes the query (charged at its price), then BM25 retrieves."""
 
-    def __init__(self, corpus: str, labels: dict[str, str], pool: ModelPool, name: str = "search",
-                 description: str | None = None, top_k: int = 3, max_tokens: int = 48) -> None:
-        super().__init__(name, description or "A model writes a search query for the question; returns passages.",
-                         labels, pool, max_tokens)
+    def __init__(
+        self,
+        corpus: str,
+        labels: dict[str, str],
+        pool: ModelPool,
+        name: str = "search",
+        description: str | None = None,
+        top_k: int = 3,
+        max_tokens: int = 48,
+    ) -> None:
+        super().__init__(
+            name,
+            description or "A model writes a search query for the question; returns passages.",
+            labels,
+            pool,
+            max_tokens,
+        )
         self.search_tool = SearchTool(corpus, name=name, top_k=top_k)
         self.parameters = {
             "type": "object",
-            "properties": {"model": self.label_property(),
-                           "question": {"type": "string", "description": "what information is needed"}},
+            "properties": {
+                "model": self.label_property(),
+                "question": {"type": "string", "description": "what information is needed"},
+            },
             "required": ["model"] if len(labels) > 1 else [],
         }
 
@@ -149,8 +168,11 @@ class QueryWriterSearchTool(LLMTool):
             return ToolResult(error=resolved)
         label, model = resolved
         question = arguments.get("question") or context.task.prompt
-        written = await self.ask(label, model, [{"role": "system", "content": QUERY_WRITER_SYSTEM},
-                                                {"role": "user", "content": str(question)}])
+        written = await self.ask(
+            label,
+            model,
+            [{"role": "system", "content": QUERY_WRITER_SYSTEM}, {"role": "user", "content": str(question)}],
+        )
         if written.error:
             return written
         query = written.output.strip().splitlines()[0] if written.output.strip() else str(question)

@@ -53,8 +53,13 @@ class WebSearchTool(Tool):
         self.price_per_call = price_per_call
         self.parameters = {
             "type": "object",
-            "properties": {"query": {"type": "string", "minLength": 1,
-                                     "description": "what to search for, as a search-engine query"}},
+            "properties": {
+                "query": {
+                    "type": "string",
+                    "minLength": 1,
+                    "description": "what to search for, as a search-engine query",
+                }
+            },
             "required": ["query"],
         }
         # One HTTP client per event loop: a connection pool cannot outlive the loop it was made on.
@@ -63,8 +68,17 @@ class WebSearchTool(Tool):
         )
 
     def price_rows(self) -> list[dict[str, Any]]:
-        return [{"tool": self.name, "label": "", "model": "", "input_per_m": 0.0, "output_per_m": 0.0,
-                 "per_call": self.price_per_call, "latency_s": None}]
+        return [
+            {
+                "tool": self.name,
+                "label": "",
+                "model": "",
+                "input_per_m": 0.0,
+                "output_per_m": 0.0,
+                "per_call": self.price_per_call,
+                "latency_s": None,
+            }
+        ]
 
     async def run(self, arguments: dict[str, Any], context: ToolContext) -> ToolResult:
         query = arguments.get("query")
@@ -72,8 +86,10 @@ class WebSearchTool(Tool):
             return ToolResult(error=f"argument 'query' must be a non-empty string; got {query!r}")
         api_key = self._api_key()
         if api_key == "":
-            return ToolResult(error=f"web search is not configured: set the environment variable "
-                                    f"{self.api_key_env} to a Tavily API key")
+            return ToolResult(
+                error=f"web search is not configured: set the environment variable "
+                f"{self.api_key_env} to a Tavily API key"
+            )
         started = time.perf_counter()
         result = await self._search(query.strip(), api_key)
         result.latency_s = time.perf_counter() - started
@@ -115,22 +131,25 @@ class WebSearchTool(Tool):
         except httpx.HTTPError as exc:
             return ToolResult(error=f"web search request to {self.url} failed: {exc.__class__.__name__}: {exc}")
         if response.status_code >= 400:
-            return ToolResult(error=f"web search at {self.url} returned HTTP {response.status_code}: "
-                                    f"{_snippet(response.text)}")
+            return ToolResult(
+                error=f"web search at {self.url} returned HTTP {response.status_code}: {_snippet(response.text)}"
+            )
         return self._read_results(query, response)
 
     def _read_results(self, query: str, response: httpx.Response) -> ToolResult:
         try:
             payload = response.json()
         except ValueError:
-            return ToolResult(error=f"web search at {self.url} returned a body that is not JSON: "
-                                    f"{_snippet(response.text)}")
+            return ToolResult(
+                error=f"web search at {self.url} returned a body that is not JSON: {_snippet(response.text)}"
+            )
         results = payload.get("results") if isinstance(payload, dict) else None
         if not isinstance(results, list):
             return ToolResult(error=f"web search at {self.url} returned no 'results' list: {_snippet(response.text)}")
         hits = [hit for hit in results if isinstance(hit, dict)][: self.top_k]
         return ToolResult(
-            output=format_results(query, hits), cost_usd=self.price_per_call,
+            output=format_results(query, hits),
+            cost_usd=self.price_per_call,
             meta={"urls": [str(hit.get("url", "")) for hit in hits]},
         )
 

@@ -31,13 +31,25 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     root = checkpoint_root(run_dir)
     if not root.is_dir():
         return None
-    complete = [path for path in root.iterdir()
-                if path.name.startswith(PREFIX) and path.name[len(PREFIX):].isdigit() and (path / STATE_FILE).exists()]
-    return max(complete, key=lambda path: int(path.name[len(PREFIX):]), default=None)
+    complete = [
+        path
+        for path in root.iterdir()
+        if path.name.startswith(PREFIX) and path.name[len(PREFIX) :].isdigit() and (path / STATE_FILE).exists()
+    ]
+    return max(complete, key=lambda path: int(path.name[len(PREFIX) :]), default=None)
 
 
-def save_checkpoint(run_dir: Path, step: int, *, model: Any, optimizer: Any, sampler_state: dict[str, Any],
-                    config: dict[str, Any], merged_model: Any = None, tokenizer: Any = None) -> Path:
+def save_checkpoint(
+    run_dir: Path,
+    step: int,
+    *,
+    model: Any,
+    optimizer: Any,
+    sampler_state: dict[str, Any],
+    config: dict[str, Any],
+    merged_model: Any = None,
+    tokenizer: Any = None,
+) -> Path:
     import torch
 
     root = checkpoint_root(run_dir)
@@ -104,10 +116,13 @@ def average_checkpoints(checkpoints: list[Path], out_dir: Path) -> Path:
     names = set(states[0])
     for path, state in zip(checkpoints, states, strict=True):
         if set(state) != names:
-            raise ValueError(f"{path}: its trainable weights differ from {checkpoints[0]}'s; average checkpoints "
-                             "of one run")
-    mean = {name: torch.stack([state[name].float() for state in states]).mean(0).to(states[0][name].dtype)
-            for name in states[0]}
+            raise ValueError(
+                f"{path}: its trainable weights differ from {checkpoints[0]}'s; average checkpoints of one run"
+            )
+    mean = {
+        name: torch.stack([state[name].float() for state in states]).mean(0).to(states[0][name].dtype)
+        for name in states[0]
+    }
     state = json.loads((checkpoints[-1] / STATE_FILE).read_text())
     state["averaged_from"] = [str(path) for path in checkpoints]
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -31,21 +31,27 @@ class ModelConfig(_Strict):
     path: str = Field("smollm2-135m", description="'smollm2-135m' or an HF model dir")
     dtype: Literal["float32", "bfloat16"] = "float32"
     compute_dtype: Literal["float32", "bfloat16"] = Field(
-        "float32", description="dtype of the loss passes (SFT steps, GRPO updates and their reference passes) under "
+        "float32",
+        description="dtype of the loss passes (SFT steps, GRPO updates and their reference passes) under "
         "torch.autocast; the weights, the adapter and the optimizer stay in `dtype`. bfloat16 is about 1.4x faster "
-        "on a CPU with AVX512-BF16 (benchmarks/autocast_sft_step.py) at a loss within 1e-3 of float32"
+        "on a CPU with AVX512-BF16 (benchmarks/autocast_sft_step.py) at a loss within 1e-3 of float32",
     )
     device: str = "cpu"
     lora_rank: int = Field(16, ge=0, description="0 = full fine-tuning")
     lora_alpha: int = Field(32, ge=1)
     target_modules: list[str] | Literal["all-linear"] = "all-linear"
     lora_layers: int | None = Field(
-        None, ge=1, description="put the adapter on the last N decoder layers only: the backward pass then stops "
-        "there (much cheaper on a CPU); None = every layer"
+        None,
+        ge=1,
+        description="put the adapter on the last N decoder layers only: the backward pass then stops "
+        "there (much cheaper on a CPU); None = every layer",
     )
     init_checkpoint: str | None = Field(
-        None, description="start from this checkpoint's trainable weights (runs/NAME/checkpoints/step_N, an "
-        "exported adapter dir, or a shipped orchestrator's name; same adapter shape) with a fresh optimizer, e.g. to continue under other settings; --resume takes precedence")
+        None,
+        description="start from this checkpoint's trainable weights (runs/NAME/checkpoints/step_N, an "
+        "exported adapter dir, or a shipped orchestrator's name; same adapter shape) with a fresh optimizer, e.g. "
+        "to continue under other settings; --resume takes precedence",
+    )
     gradient_checkpointing: bool = False
 
 
@@ -69,9 +75,11 @@ class ActorConfig(_Strict):
     entropy_coeff: float = 0.0
     grad_clip: float = Field(1.0, gt=0)
     stop_gradient_prefix: bool = Field(
-        False, description="score each micro-batch over its rows' shared prompt prefix, run once without gradient "
+        False,
+        description="score each micro-batch over its rows' shared prompt prefix, run once without gradient "
         "(train/prefix.py): the same log-probs, no gradient into the prompt's keys/values; for long fixed "
-        "prompts such as a ToolScale policy and its tool schemas (set ppo_micro_batch_size to rollout.n)")
+        "prompts such as a ToolScale policy and its tool schemas (set ppo_micro_batch_size to rollout.n)",
+    )
     optim: OptimConfig = Field(default_factory=OptimConfig)
 
 
@@ -94,8 +102,10 @@ class RolloutConfig(_Strict):
         True, description="prefill each task's prompt once and copy its KV cache to the group's n episodes"
     )
     cache_prompt_prefix: bool = Field(
-        False, description="keep the KV cache of the prompt prefix a generation batch shares, and of each "
-        "episode's earlier turns, for the rest of the step's rollouts (weights do not change during them)")
+        False,
+        description="keep the KV cache of the prompt prefix a generation batch shares, and of each "
+        "episode's earlier turns, for the rest of the step's rollouts (weights do not change during them)",
+    )
     orchestrator_latency: LatencyConfig = Field(default_factory=LatencyConfig)
 
 
@@ -103,17 +113,25 @@ class AlgorithmConfig(_Strict):
     """The reward every RL recipe shapes its advantages with (grpo, counterfactual; sft reads the cost terms)."""
 
     norm_adv_by_std: Literal["group", "batch", "none"] = Field(
-        "group", description="divide advantages by the reward std of the group, of the batch, or not at all; for "
+        "group",
+        description="divide advantages by the reward std of the group, of the batch, or not at all; for "
         "the counterfactual regression, 'none' makes the greedy label the one with the best expected reward (a "
-        "group std weights questions where almost every label is right far more)")
+        "group std weights questions where almost every label is right far more)",
+    )
     cost_floor: float = Field(
-        0.0, ge=0, description="raise every preference's cost weight in the reward to at least this (0 = the "
+        0.0,
+        ge=0,
+        description="raise every preference's cost weight in the reward to at least this (0 = the "
         "paper's vectors): ties among correct answers then go to the cheaper model, which the accuracy "
-        "preference's reward otherwise ignores")
+        "preference's reward otherwise ignores",
+    )
     cost_scale: float = Field(
-        1.0, gt=0, description="multiply every preference's cost weight in the reward by this before cost_floor "
+        1.0,
+        gt=0,
+        description="multiply every preference's cost weight in the reward by this before cost_floor "
         "applies (1 = the paper's vectors); with a pool whose dearest label costs 100x the others, the normalized "
-        "cost differences among the rest are tiny and only a larger weight makes 'low cost' prefer the cheaper")
+        "cost differences among the rest are tiny and only a larger weight makes 'low cost' prefer the cheaper",
+    )
 
 
 class GRPOConfig(_Strict):
@@ -130,11 +148,17 @@ class EscalationConfig(_Strict):
     max_consults: int = Field(2, ge=1, le=4, description="most expert consultations before the answer")
     top_k: int | None = Field(None, ge=2, description="score only the k best actions of each state (None: all)")
     siblings: int = Field(
-        0, ge=0, description="also train on the states after the root's next best this many consultations (each "
-        "model's real answer to the question: more answers to read per question)")
+        0,
+        ge=0,
+        description="also train on the states after the root's next best this many consultations (each "
+        "model's real answer to the question: more answers to read per question)",
+    )
     prior_strength: float = Field(
-        20.0, ge=0, description="pseudo-questions of the parent state's estimates added at every state (shrinks "
-        "the estimates of states that few train questions reach)")
+        20.0,
+        ge=0,
+        description="pseudo-questions of the parent state's estimates added at every state (shrinks "
+        "the estimates of states that few train questions reach)",
+    )
 
 
 class CounterfactualConfig(_Strict):
@@ -142,26 +166,36 @@ class CounterfactualConfig(_Strict):
     label of a replay world, no sampling."""
 
     targets: Literal["recorded", "outcome_model", "escalation"] = Field(
-        "recorded", description="learn from each label's recorded reward on the question ('recorded'), or from its "
+        "recorded",
+        description="learn from each label's recorded reward on the question ('recorded'), or from its "
         "expected reward when each model is right with the probability an outcome model fitted on the train "
         "split gives ('outcome_model': train/outcome_model.py; costs and latencies stay the recorded ones), or "
         "('escalation') consult models one at a time and learn every action's value at each state a question "
-        "passes through (train/escalation.py; needs the expert tool: sampler.tool_keep_prob 1)")
+        "passes through (train/escalation.py; needs the expert tool: sampler.tool_keep_prob 1)",
+    )
     loss: Literal["expected", "regression", "cross_entropy"] = Field(
-        "regression", description="'expected' maximizes the exact expected advantage sum_l q_l A_l (its gradient "
+        "regression",
+        description="'expected' maximizes the exact expected advantage sum_l q_l A_l (its gradient "
         "vanishes once q collapses onto one label); 'regression' fits the label log-probs, centered over the "
         "labels, to A / tau by least squares, whose optimum is q ∝ exp(E[A | prompt] / tau); 'cross_entropy' "
-        "distills q onto softmax(A / tau) (same optimum, bounded gradient)")
+        "distills q onto softmax(A / tau) (same optimum, bounded gradient)",
+    )
     tau: float = Field(0.5, gt=0, description="temperature of the target policy exp(A / tau)")
     score: Literal["call", "label"] = Field(
-        "call", description="score each label's whole answer call ('call', exact) or only up to the first token "
+        "call",
+        description="score each label's whole answer call ('call', exact) or only up to the first token "
         "after the label ('label': the rest of the call is the same for every label and forced by the schema "
-        "under guided decoding; about half the compute)")
+        "under guided decoding; about half the compute)",
+    )
     format_coef: float = Field(
-        1.0, ge=0, description="weight of log p(some valid answer call), which teaches the format")
+        1.0, ge=0, description="weight of log p(some valid answer call), which teaches the format"
+    )
     contrast_weight: float = Field(
-        1.0, ge=0, description="regression with sampler.preference_contrast: weight of each preference's "
-        "deviation from the task's mean regression error (1 = plain least squares)")
+        1.0,
+        ge=0,
+        description="regression with sampler.preference_contrast: weight of each preference's "
+        "deviation from the task's mean regression error (1 = plain least squares)",
+    )
     escalation: EscalationConfig = Field(default_factory=EscalationConfig)
 
 
@@ -179,19 +213,25 @@ class SamplerConfig(_Strict):
     )
     tool_keep_prob: float = Field(1.0, ge=0, le=1, description="chance each non-answer tool is offered")
     random_wording: bool = Field(
-        True, description="state the preference in a randomly drawn one of its wordings (evaluation picks one "
-        "per task id), so the policy learns the meaning rather than one phrase")
+        True,
+        description="state the preference in a randomly drawn one of its wordings (evaluation picks one "
+        "per task id), so the policy learns the meaning rather than one phrase",
+    )
     preference_contrast: bool = Field(
-        False, description="draw each task once per preference kind with weight > 0 (same tools and prices, "
+        False,
+        description="draw each task once per preference kind with weight > 0 (same tools and prices, "
         "its own wording), so one step sees how the same question should be routed under every preference; "
-        "data.train_batch_size then counts tasks")
+        "data.train_batch_size then counts tasks",
+    )
     preferences: dict[str, float] = Field(
         default_factory=lambda: {"accuracy": 1.0, "cost": 1.0, "latency": 0.5, "tool": 0.5},
         description="relative frequency of each preference kind: accuracy, cost, latency, tool",
     )
     hold_out_models: list[str] = Field(
-        default_factory=list, description="models (names or env tool labels) never offered in training, to "
-        "evaluate later with them in the pool (eval --hold-out-models): the unseen-models generalization test")
+        default_factory=list,
+        description="models (names or env tool labels) never offered in training, to "
+        "evaluate later with them in the pool (eval --hold-out-models): the unseen-models generalization test",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> SamplerConfig:
@@ -216,21 +256,31 @@ class SFTConfig(_Strict):
     lr: float = Field(1e-4, gt=0)
     max_tasks: int = Field(64, ge=1, description="train tasks used to build examples")
     targets: Literal["answer_labels", "gold_actions"] = Field(
-        "answer_labels", description="answer_labels: the best answer call found by trying every label (replay "
+        "answer_labels",
+        description="answer_labels: the best answer call found by trying every label (replay "
         "worlds); gold_actions: whole multi-turn episodes replaying the task's gold actions as tool calls, then "
-        "the gold answer (toolscale), tool outputs masked out of the loss")
+        "the gold answer (toolscale), tool outputs masked out of the loss",
+    )
     sample: Literal["random", "by_subtask"] = Field(
-        "random", description="gold_actions: which max_tasks train tasks give examples. random: a seeded sample "
+        "random",
+        description="gold_actions: which max_tasks train tasks give examples. random: a seeded sample "
         "(families in the split's proportions: toolscale is 63% lookups); by_subtask: an equal share of each "
-        "task subtask (toolscale: domain/family) as far as it has tasks, seeded")
+        "task subtask (toolscale: domain/family) as far as it has tasks, seeded",
+    )
     tie_break: Literal["random", "first"] = Field(
-        "random", description="among equally rewarded correct labels, the target is a random one (first: the "
-        "first in the offered order, which teaches 'pick the first label')")
+        "random",
+        description="among equally rewarded correct labels, the target is a random one (first: the "
+        "first in the offered order, which teaches 'pick the first label')",
+    )
 
 
 class TrainerConfig(_Strict):
-    total_training_steps: int = Field(10, ge=1, description="steps of the grpo or counterfactual recipe (the sft "
-                                      "recipe runs sft.steps and saves checkpoint step_0)")
+    total_training_steps: int = Field(
+        10,
+        ge=1,
+        description="steps of the grpo or counterfactual recipe (the sft "
+        "recipe runs sft.steps and saves checkpoint step_0)",
+    )
     save_freq: int = Field(5, ge=1, description="checkpoint every N steps (and at the end)")
     default_local_dir: str = Field("runs/train", description="checkpoints, metrics.jsonl, tensorboard/")
     experiment_name: str = "routerbench-smollm2"
@@ -246,15 +296,27 @@ RECIPES = ("grpo", "counterfactual", "sft")
 READ_ONLY_BY: dict[str, tuple[str, ...]] = {
     "grpo": ("grpo",),
     "counterfactual": ("counterfactual",),
-    "rollout.n": ("grpo",), "rollout.top_p": ("grpo",), "rollout.response_length": ("grpo",),
-    "rollout.max_assistant_turns": ("grpo",), "rollout.max_episode_tokens": ("grpo",),
-    "rollout.generation_batch_size": ("grpo",), "rollout.share_prompt_prefill": ("grpo",),
-    "rollout.cache_prompt_prefix": ("grpo",), "rollout.orchestrator_latency": ("grpo",),
+    "rollout.n": ("grpo",),
+    "rollout.top_p": ("grpo",),
+    "rollout.response_length": ("grpo",),
+    "rollout.max_assistant_turns": ("grpo",),
+    "rollout.max_episode_tokens": ("grpo",),
+    "rollout.generation_batch_size": ("grpo",),
+    "rollout.share_prompt_prefill": ("grpo",),
+    "rollout.cache_prompt_prefix": ("grpo",),
+    "rollout.orchestrator_latency": ("grpo",),
     "rollout.temperature": ("grpo", "counterfactual"),
-    "actor.ppo_mini_batch_size": ("grpo",), "actor.ppo_epochs": ("grpo",), "actor.clip_ratio_low": ("grpo",),
-    "actor.clip_ratio_high": ("grpo",), "actor.clip_ratio_c": ("grpo",), "actor.use_kl_loss": ("grpo",),
-    "actor.kl_loss_coef": ("grpo",), "actor.kl_loss_type": ("grpo",), "actor.loss_agg_mode": ("grpo",),
-    "actor.entropy_coeff": ("grpo", "counterfactual"), "actor.ppo_micro_batch_size": ("grpo", "counterfactual"),
+    "actor.ppo_mini_batch_size": ("grpo",),
+    "actor.ppo_epochs": ("grpo",),
+    "actor.clip_ratio_low": ("grpo",),
+    "actor.clip_ratio_high": ("grpo",),
+    "actor.clip_ratio_c": ("grpo",),
+    "actor.use_kl_loss": ("grpo",),
+    "actor.kl_loss_coef": ("grpo",),
+    "actor.kl_loss_type": ("grpo",),
+    "actor.loss_agg_mode": ("grpo",),
+    "actor.entropy_coeff": ("grpo", "counterfactual"),
+    "actor.ppo_micro_batch_size": ("grpo", "counterfactual"),
     "actor.optim": ("grpo", "counterfactual"),  # the sft recipe steps its own AdamW at sft.lr
     "algorithm.norm_adv_by_std": ("grpo", "counterfactual"),
     "data.train_batch_size": ("grpo", "counterfactual"),  # sft draws sft.batch_size examples per step
@@ -268,9 +330,11 @@ class TrainConfig(_Strict):
     model, optimizer, sampler, checkpoints) or a recipe's own (grpo, counterfactual, sft)."""
 
     recipe: Literal["grpo", "counterfactual", "sft"] = Field(
-        "grpo", description="grpo: sampled episodes in a live env (train/recipes/grpo.py); counterfactual: every "
+        "grpo",
+        description="grpo: sampled episodes in a live env (train/recipes/grpo.py); counterfactual: every "
         "answer label of a replay world scored exactly (train/recipes/counterfactual.py); sft: supervised steps "
-        "only, saved as checkpoint step_0 (train/recipes/sft.py; under the others, sft.steps > 0 is a warm start)")
+        "only, saved as checkpoint step_0 (train/recipes/sft.py; under the others, sft.steps > 0 is a warm start)",
+    )
     seed: int = 0
     data: DataConfig = Field(default_factory=DataConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
@@ -288,8 +352,10 @@ class TrainConfig(_Strict):
         unread = [(name, readers) for name, readers in knobs_set(self) if self.recipe not in readers]
         if unread:
             name, readers = unread[0]
-            raise ValueError(f"{name} is read only by recipe {' or '.join(readers)}, and this config's recipe is "
-                             f"{self.recipe}: remove it (or set recipe: {readers[0]})")
+            raise ValueError(
+                f"{name} is read only by recipe {' or '.join(readers)}, and this config's recipe is "
+                f"{self.recipe}: remove it (or set recipe: {readers[0]})"
+            )
         if self.actor.use_kl_loss and self.model.lora_rank == 0:
             raise ValueError(
                 "actor.use_kl_loss needs LoRA (model.lora_rank > 0): the reference policy is the model with its "

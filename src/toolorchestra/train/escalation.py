@@ -25,8 +25,8 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import Any
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -58,9 +58,17 @@ class EscalationModel:
     `right`, `attempted`, `cost`, `latency`: arrays (questions x models) over the questions fitted on.
     `prior_strength`: pseudo-questions of the parent state's estimate added to every state's counts."""
 
-    def __init__(self, models: Sequence[str], right: np.ndarray, attempted: np.ndarray, cost: np.ndarray,
-                 latency: np.ndarray, max_consults: int = 3, prior_strength: float = 4.0,
-                 adopt_attempted: bool = True) -> None:
+    def __init__(
+        self,
+        models: Sequence[str],
+        right: np.ndarray,
+        attempted: np.ndarray,
+        cost: np.ndarray,
+        latency: np.ndarray,
+        max_consults: int = 3,
+        prior_strength: float = 4.0,
+        adopt_attempted: bool = True,
+    ) -> None:
         if right.shape != attempted.shape or right.shape != cost.shape or right.shape[1] != len(models):
             raise ValueError("EscalationModel: right, attempted and cost must be (questions x models) arrays")
         if right.shape[0] == 0:
@@ -102,8 +110,10 @@ class EscalationModel:
         if parent is None:
             return Estimates(support, *(total / support for total in sums))
         k = self.prior_strength
-        means = [(total + k * prior) / (support + k) for total, prior in
-                 zip(sums, (parent.attempted, parent.right, parent.cost, parent.latency))]
+        means = [
+            (total + k * prior) / (support + k)
+            for total, prior in zip(sums, (parent.attempted, parent.right, parent.cost, parent.latency), strict=True)
+        ]
         return Estimates(support, *means)
 
     # --- values -----------------------------------------------------------------------------------
@@ -119,8 +129,9 @@ class EscalationModel:
                 continue
             values[Action(False, model)] = float(here.right[model] - price[model])
             if len(history) < self.max_consults:
-                values[Action(True, model)] = float(self._consult_value(history, model, w_cost, w_latency)
-                                                    - price[model])
+                values[Action(True, model)] = float(
+                    self._consult_value(history, model, w_cost, w_latency) - price[model]
+                )
         return values
 
     def value(self, history: History, w_cost: float, w_latency: float = 0.0) -> float:
@@ -154,18 +165,20 @@ class EscalationModel:
         return max(values, key=values.__getitem__)
 
 
-def fit_from_rows(models: Sequence[str], rows: Sequence[Mapping[str, Mapping[str, float | bool]]],
-                  **options: float) -> EscalationModel:
+def fit_from_rows(
+    models: Sequence[str], rows: Sequence[Mapping[str, Mapping[str, float | bool]]], **options: float
+) -> EscalationModel:
     """An EscalationModel from rows of {model: {"right", "attempted", "cost", "latency"}}."""
+
     def column(field: str) -> np.ndarray:
         return np.array([[float(row[model][field]) for model in models] for row in rows])
 
-    return EscalationModel(models, column("right"), column("attempted"), column("cost"), column("latency"),
-                           **options)  # type: ignore[arg-type]
+    return EscalationModel(models, column("right"), column("attempted"), column("cost"), column("latency"), **options)  # type: ignore[arg-type]
 
 
-def follow(model: EscalationModel, attempted: Sequence[bool], w_cost: float, w_latency: float = 0.0
-           ) -> tuple[list[tuple[History, Action]], Action]:
+def follow(
+    model: EscalationModel, attempted: Sequence[bool], w_cost: float, w_latency: float = 0.0
+) -> tuple[list[tuple[History, Action]], Action]:
     """The states one question passes through under the model's best actions, given which models attempt
     it (`attempted[m]`), each with the action taken there; and the final answer action."""
     history: History = ()
@@ -189,14 +202,23 @@ def attempted(env: Any, task: Any, model: str) -> bool:
 
 def outcome_rows(env: Any, tasks: Sequence[Any]) -> list[dict[str, dict[str, float]]]:
     """Per task, {model: {"right", "attempted", "cost", "latency"}} from a replay world's records."""
-    return [{model: {"right": float(env.record(task.id, model).correct),
-                     "attempted": float(attempted(env, task, model)),
-                     "cost": env.call_cost(task, model), "latency": env.call_latency(task, model)}
-             for model in env.models()} for task in tasks]
+    return [
+        {
+            model: {
+                "right": float(env.record(task.id, model).correct),
+                "attempted": float(attempted(env, task, model)),
+                "cost": env.call_cost(task, model),
+                "latency": env.call_latency(task, model),
+            }
+            for model in env.models()
+        }
+        for task in tasks
+    ]
 
 
-def play(model: EscalationModel, rows: Sequence[Mapping[str, Mapping[str, float]]], w_cost: float
-         ) -> tuple[int, float, Counter[str]]:
+def play(
+    model: EscalationModel, rows: Sequence[Mapping[str, Mapping[str, float]]], w_cost: float
+) -> tuple[int, float, Counter[str]]:
     """Right answers, dollars and paths ("consulted > ... | answering model") of the model's best actions on
     `rows` (`outcome_rows`): what a perfectly trained escalation orchestrator would do."""
     right, dollars = 0, 0.0
@@ -217,29 +239,41 @@ class EscalationTargets:
     """Cross-fitted escalation models over a replay world's train tasks: a task's values come from the model
     fitted on the other folds, so no task's own outcomes enter its targets."""
 
-    def __init__(self, env: Any, tasks: Sequence[Any], max_consults: int, prior_strength: float,
-                 folds: int = 5, seed: int = 0) -> None:
+    def __init__(
+        self, env: Any, tasks: Sequence[Any], max_consults: int, prior_strength: float, folds: int = 5, seed: int = 0
+    ) -> None:
         from toolorchestra.envs.capabilities import PricedOutcomes
         from toolorchestra.errors import TrainingError
 
         if not isinstance(env, PricedOutcomes):
-            raise TrainingError(f"counterfactual.targets: escalation needs recorded outcomes of every "
-                                f"model (a replay world); env {env.name!r} has none")
+            raise TrainingError(
+                f"counterfactual.targets: escalation needs recorded outcomes of every "
+                f"model (a replay world); env {env.name!r} has none"
+            )
         if len(tasks) < 2 * folds:
-            raise TrainingError(f"counterfactual.targets: escalation needs at least {2 * folds} train "
-                                f"tasks to cross-fit on; got {len(tasks)}")
+            raise TrainingError(
+                f"counterfactual.targets: escalation needs at least {2 * folds} train "
+                f"tasks to cross-fit on; got {len(tasks)}"
+            )
         self.env = env
         self.models = list(env.models())
         self.index = {model: position for position, model in enumerate(self.models)}
         rows = {task.id: row for task, row in zip(tasks, outcome_rows(env, tasks), strict=True)}
-        self._attempted = {task_id: [bool(row[model]["attempted"]) for model in self.models]
-                           for task_id, row in rows.items()}
+        self._attempted = {
+            task_id: [bool(row[model]["attempted"]) for model in self.models] for task_id, row in rows.items()
+        }
         order = sorted(rows)
         np.random.RandomState(seed).shuffle(order)
         self._fold = {task_id: position % folds for position, task_id in enumerate(order)}
-        self._fits = [fit_from_rows(self.models, [rows[task_id] for task_id in order if self._fold[task_id] != fold],
-                                    max_consults=max_consults, prior_strength=prior_strength)
-                      for fold in range(folds)]
+        self._fits = [
+            fit_from_rows(
+                self.models,
+                [rows[task_id] for task_id in order if self._fold[task_id] != fold],
+                max_consults=max_consults,
+                prior_strength=prior_strength,
+            )
+            for fold in range(folds)
+        ]
 
     def model_for(self, task: Any) -> EscalationModel:
         return self._fits[self._fold[task.id]]

@@ -18,8 +18,9 @@ from toolorchestra.train.config import TrainConfig
 from toolorchestra.train.trainer import load_policy, wrap_lora
 
 
-def export_adapter(checkpoint: Path, out_dir: Path, *, card: str | None = None,
-                   extra: dict[str, Any] | None = None) -> Path:
+def export_adapter(
+    checkpoint: Path, out_dir: Path, *, card: str | None = None, extra: dict[str, Any] | None = None
+) -> Path:
     """A shipped-orchestrator folder from a training checkpoint (its `state.json` holds the config)."""
     import torch
 
@@ -31,8 +32,9 @@ def export_adapter(checkpoint: Path, out_dir: Path, *, card: str | None = None,
     if config.model.lora_rank == 0:
         raise UserError(f"{checkpoint}: trained without LoRA (model.lora_rank 0); there is no adapter to export")
     model, _ = load_policy(config.model.path, config.model.dtype, "cpu")
-    model = wrap_lora(model, config.model.lora_rank, config.model.lora_alpha, config.model.target_modules,
-                      config.model.lora_layers)
+    model = wrap_lora(
+        model, config.model.lora_rank, config.model.lora_alpha, config.model.target_modules, config.model.lora_layers
+    )
     load_trainable(checkpoint, model)
     staging = out_dir.with_name(f".{out_dir.name}.tmp")
     shutil.rmtree(staging, ignore_errors=True)
@@ -41,10 +43,17 @@ def export_adapter(checkpoint: Path, out_dir: Path, *, card: str | None = None,
     # peft records the base model's resolved local path (a cache dir on this machine); the reference is what
     # loads it anywhere
     adapter_config = staging / ADAPTER_FILES[0]
-    adapter_config.write_text(json.dumps({**json.loads(adapter_config.read_text()),
-                                          "base_model_name_or_path": config.model.path}, indent=2) + "\n")
-    meta = {"base_model": config.model.path, "checkpoint_step": state["step"],
-            "env": config.data.env, "estimator": config.recipe, **(extra or {})}
+    adapter_config.write_text(
+        json.dumps({**json.loads(adapter_config.read_text()), "base_model_name_or_path": config.model.path}, indent=2)
+        + "\n"
+    )
+    meta = {
+        "base_model": config.model.path,
+        "checkpoint_step": state["step"],
+        "env": config.data.env,
+        "estimator": config.recipe,
+        **(extra or {}),
+    }
     recipe = checkpoint / "recipe.json"  # written by the trainer beside each checkpoint (train/trainer.py)
     if recipe.is_file():
         meta["training"] = json.loads(recipe.read_text())

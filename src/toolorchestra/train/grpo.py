@@ -29,9 +29,14 @@ class LossStats:
     tokens: int
 
 
-def token_logprobs(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float = 1.0,
-                   with_entropy: bool = False, mask: torch.Tensor | None = None,
-                   ) -> tuple[torch.Tensor, torch.Tensor | None]:
+def token_logprobs(
+    model: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+    mask: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log p(token t | tokens < t) for t = 1..T-1, shape [B, T-1], of the distribution sampled from
     (logits / temperature, as verl scores rollouts); and optionally the entropy at each position.
 
@@ -50,13 +55,15 @@ def token_logprobs(model: Any, input_ids: torch.Tensor, attention_mask: torch.Te
     full = torch.zeros(selected.shape, dtype=values.dtype, device=values.device)
     full = full.masked_scatter(selected, values)
     if entropy is not None:
-        entropy = torch.zeros(selected.shape, dtype=entropy.dtype,
-                              device=entropy.device).masked_scatter(selected, entropy)
+        entropy = torch.zeros(selected.shape, dtype=entropy.dtype, device=entropy.device).masked_scatter(
+            selected, entropy
+        )
     return full, entropy
 
 
-def _logprobs_of(logits: torch.Tensor, targets: torch.Tensor, temperature: float,
-                 with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+def _logprobs_of(
+    logits: torch.Tensor, targets: torch.Tensor, temperature: float, with_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     import torch
 
     logits = logits.float() / temperature
@@ -121,13 +128,22 @@ def policy_loss(
             per_token = per_token + kl_coef * kl
     loss = aggregate(per_token, mask, loss_agg_mode, global_tokens, global_sequences)
     clipped_tokens = (clipped > unclipped).to(mask.dtype) * mask
-    stats = LossStats(pg_clipfrac=float(clipped_tokens.sum()), kl=kl_sum,
-                      ratio=float((ratio.detach() * mask).sum()), tokens=int(mask.sum()))
+    stats = LossStats(
+        pg_clipfrac=float(clipped_tokens.sum()),
+        kl=kl_sum,
+        ratio=float((ratio.detach() * mask).sum()),
+        tokens=int(mask.sum()),
+    )
     return loss, stats
 
 
-def aggregate(per_token: torch.Tensor, mask: torch.Tensor, mode: LossAggMode, global_tokens: int | None = None,
-              global_sequences: int | None = None) -> torch.Tensor:
+def aggregate(
+    per_token: torch.Tensor,
+    mask: torch.Tensor,
+    mode: LossAggMode,
+    global_tokens: int | None = None,
+    global_sequences: int | None = None,
+) -> torch.Tensor:
     """Reduce [B, T] token losses to a scalar as verl's `agg_loss` does, with global denominators."""
     if mode == "token-mean":
         denominator = global_tokens if global_tokens is not None else mask.sum().clamp(min=1)
@@ -151,7 +167,7 @@ def pad_rows(rows: list[tuple[list[int], list[int]]], pad_id: int, device: Any) 
     attention = torch.zeros((len(rows), width), dtype=torch.long)
     mask = torch.zeros((len(rows), width), dtype=torch.float32)
     for row, (tokens, loss_mask) in enumerate(rows):
-        ids[row, :len(tokens)] = torch.tensor(tokens)
-        attention[row, :len(tokens)] = 1
-        mask[row, :len(tokens)] = torch.tensor(loss_mask, dtype=torch.float32)
+        ids[row, : len(tokens)] = torch.tensor(tokens)
+        attention[row, : len(tokens)] = 1
+        mask[row, : len(tokens)] = torch.tensor(loss_mask, dtype=torch.float32)
     return ids.to(device), attention.to(device), mask[:, 1:].to(device)

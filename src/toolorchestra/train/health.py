@@ -52,8 +52,11 @@ def trajectory_errors(trajectory: Trajectory) -> tuple[list[str], bool]:
     """(the episode's failures: tool call errors, orchestrator failures, a recorded error; whether any tool call
     returned a result without error)."""
     errors = [step.error for step in trajectory.tool_steps if step.error]
-    errors += [step.error for step in trajectory.steps
-               if step.kind == "orchestrator" and step.error and step.error.startswith("orchestrator failed")]
+    errors += [
+        step.error
+        for step in trajectory.steps
+        if step.kind == "orchestrator" and step.error and step.error.startswith("orchestrator failed")
+    ]
     recorded = trajectory.score_details.get("error")
     if recorded:
         errors.append(str(recorded))
@@ -87,4 +90,5 @@ def check_trajectories(trajectories: list[Trajectory], step: int) -> None:
     raise TrainingError(
         f"step {step}: no tool call of any of the {len(trajectories)} episodes succeeded ({errored} of them "
         f"errored), so there is nothing to learn from: the environment looks broken. First errors: "
-        f"{format_errors(shown)}")
+        f"{format_errors(shown)}"
+    )

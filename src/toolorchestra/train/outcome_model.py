@@ -33,8 +33,10 @@ class SubtaskOutcomeModel:
 
     def __init__(self, env: Env, tasks: Sequence[Task]) -> None:
         if not isinstance(env, RecordedOutcomes):
-            raise TrainingError(f"counterfactual.targets: outcome_model needs recorded outcomes of every "
-                                f"model (a replay world); env {env.name!r} has none")
+            raise TrainingError(
+                f"counterfactual.targets: outcome_model needs recorded outcomes of every "
+                f"model (a replay world); env {env.name!r} has none"
+            )
         if not tasks:
             raise TrainingError("counterfactual.targets: outcome_model has no train task to fit on")
         self.models: list[str] = list(env.models())
@@ -50,6 +52,5 @@ class SubtaskOutcomeModel:
         try:
             right = self._means.predict([task])[0]
         except ValueError:
-            raise TrainingError("counterfactual.targets: outcome_model needs at least two train tasks") \
-                from None
+            raise TrainingError("counterfactual.targets: outcome_model needs at least two train tasks") from None
         return [float(right[self._index[model]]) for model in models]

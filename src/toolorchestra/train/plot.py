@@ -12,8 +12,12 @@ import json
 import sys
 from pathlib import Path
 
-PANELS = (("reward/mean", "reward (mean over episodes)"), ("accuracy", "accuracy"),
-          ("valid_frac", "valid final answer"), ("cost_usd", "cost per episode (USD)"))
+PANELS = (
+    ("reward/mean", "reward (mean over episodes)"),
+    ("accuracy", "accuracy"),
+    ("valid_frac", "valid final answer"),
+    ("cost_usd", "cost per episode (USD)"),
+)
 
 
 def read_steps(run_dir: Path) -> list[dict]:
@@ -65,14 +69,22 @@ def plot(run_dirs: list[Path], out: Path) -> None:
     for axis, (key, title) in zip(axes, PANELS, strict=True):
         for name, (_, records) in runs.items():
             if records:
-                axis.plot([record["step"] for record in records], [record.get(key, float("nan")) for record in records],
-                          marker="o", label=name, color=colors[name])
+                axis.plot(
+                    [record["step"] for record in records],
+                    [record.get(key, float("nan")) for record in records],
+                    marker="o",
+                    label=name,
+                    color=colors[name],
+                )
         axis.set_title(title, fontsize=10)
         axis.set_xlabel("GRPO step")
         axis.grid(alpha=0.3)
     if len(runs) > 1:
-        handles = {label: handle for axis in figure.axes
-                   for handle, label in zip(*axis.get_legend_handles_labels(), strict=True)}
+        handles = {
+            label: handle
+            for axis in figure.axes
+            for handle, label in zip(*axis.get_legend_handles_labels(), strict=True)
+        }
         figure.legend(list(handles.values()), list(handles), loc="lower right", fontsize=8)
     figure.suptitle(" + ".join(runs), fontsize=11)
     figure.tight_layout()

@@ -26,9 +26,13 @@ if TYPE_CHECKING:
     import torch
 
 
-def continuation_logprobs(model: Any, prompts: Sequence[Sequence[int]],
-                          continuations: Sequence[Sequence[Sequence[int]]], pad_id: int,
-                          temperature: float = 1.0) -> list[torch.Tensor]:
+def continuation_logprobs(
+    model: Any,
+    prompts: Sequence[Sequence[int]],
+    continuations: Sequence[Sequence[Sequence[int]]],
+    pad_id: int,
+    temperature: float = 1.0,
+) -> list[torch.Tensor]:
     """For prompt i and its continuations j: log p(continuation_ij | prompt_i), summed over its tokens.
 
     Returns one tensor per prompt of shape [len(continuations[i])], differentiable w.r.t. the model's
@@ -46,8 +50,15 @@ class SharedPrefix:
     leaves collect the gradient of every chunk, and `backward()` finally sends that sum through the prefix
     pass once. The parameter gradients equal those of one loss over the whole batch."""
 
-    def __init__(self, model: Any, prompts: Sequence[Sequence[int]], pad_id: int, detach: bool = True,
-                 limit: int | None = None, parent: SharedPrefix | None = None) -> None:
+    def __init__(
+        self,
+        model: Any,
+        prompts: Sequence[Sequence[int]],
+        pad_id: int,
+        detach: bool = True,
+        limit: int | None = None,
+        parent: SharedPrefix | None = None,
+    ) -> None:
         import torch
 
         if not prompts or any(len(prompt) < 1 for prompt in prompts):
@@ -57,8 +68,11 @@ class SharedPrefix:
         self.device = model.device
         # Each prompt keeps at least one token for stage 2, whose last hidden state predicts the first
         # continuation token; `limit` caps the prefix further (e.g. so that prompt tails stay scoreable).
-        self.shared = min(common_prefix_length(self.prompts), min(len(prompt) for prompt in self.prompts) - 1,
-                          limit if limit is not None else len(self.prompts[0]))
+        self.shared = min(
+            common_prefix_length(self.prompts),
+            min(len(prompt) for prompt in self.prompts) - 1,
+            limit if limit is not None else len(self.prompts[0]),
+        )
         # A child prefix starts from its parent's cache (e.g. the system message of a whole step, then one
         # question per child): its pass covers only its own tokens, and its gradient reaches the parent's
         # leaves, which the parent's `backward()` sends on.
@@ -72,15 +86,25 @@ class SharedPrefix:
         if parent is not None and self.shared == start:
             self._computed = self._leaves = parent._leaves  # nothing of its own: the parent collects the gradient
         elif self.shared > 0:
-            cache = _cache_from(parent._leaves, self.base) if parent is not None and parent._leaves \
+            cache = (
+                _cache_from(parent._leaves, self.base)
+                if parent is not None and parent._leaves
                 else _new_cache(self.base)
-            self.base.get_decoder()(input_ids=torch.tensor([self.prompts[0][start:self.shared]], device=self.device),
-                                    past_key_values=cache, use_cache=True)
+            )
+            self.base.get_decoder()(
+                input_ids=torch.tensor([self.prompts[0][start : self.shared]], device=self.device),
+                past_key_values=cache,
+                use_cache=True,
+            )
             self._computed = [(layer.keys, layer.values) for layer in cache.layers]
             if detach:
-                self._leaves = [(keys.detach().requires_grad_(keys.requires_grad),
-                                 values.detach().requires_grad_(values.requires_grad))
-                                for keys, values in self._computed]
+                self._leaves = [
+                    (
+                        keys.detach().requires_grad_(keys.requires_grad),
+                        values.detach().requires_grad_(values.requires_grad),
+                    )
+                    for keys, values in self._computed
+                ]
             else:
                 self._leaves = self._computed
 
@@ -88,14 +112,22 @@ class SharedPrefix:
         """Send the gradient the chunks left on the detached cache through the prefix pass."""
         import torch
 
-        pairs = [(computed, leaf.grad) for computed_pair, leaf_pair in zip(self._computed, self._leaves, strict=True)
-                 for computed, leaf in zip(computed_pair, leaf_pair, strict=True)
-                 if computed is not leaf and computed.requires_grad and leaf.grad is not None]
+        pairs = [
+            (computed, leaf.grad)
+            for computed_pair, leaf_pair in zip(self._computed, self._leaves, strict=True)
+            for computed, leaf in zip(computed_pair, leaf_pair, strict=True)
+            if computed is not leaf and computed.requires_grad and leaf.grad is not None
+        ]
         if pairs:
             torch.autograd.backward([computed for computed, _ in pairs], [grad for _, grad in pairs])
 
-    def score(self, indices: Sequence[int], continuations: Sequence[Sequence[Sequence[int]]],
-              temperature: float = 1.0, prompt_tails: Sequence[int] | None = None) -> list[torch.Tensor]:
+    def score(
+        self,
+        indices: Sequence[int],
+        continuations: Sequence[Sequence[Sequence[int]]],
+        temperature: float = 1.0,
+        prompt_tails: Sequence[int] | None = None,
+    ) -> list[torch.Tensor]:
         """log p(continuation | prompt) summed over tokens, for prompts `indices` and their continuations.
 
         With `prompt_tails`, each result gets one more entry at the end: the summed log-prob of the last
@@ -116,8 +148,13 @@ class SharedPrefix:
         lengths = suffix_mask.sum(-1)
         attention = torch.cat([torch.ones((rows, shared), dtype=torch.long, device=device), suffix_mask], dim=-1)
         positions = shared + torch.arange(suffix_ids.shape[1], device=device).expand(rows, -1)
-        hidden = decoder(input_ids=suffix_ids, attention_mask=attention, position_ids=positions,
-                         past_key_values=cache, use_cache=True)[0]
+        hidden = decoder(
+            input_ids=suffix_ids,
+            attention_mask=attention,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
+        )[0]
         last_hidden = hidden[torch.arange(rows, device=device), lengths - 1]  # predicts each continuation's 1st token
         tail_scores = None
         if prompt_tails is not None:
@@ -132,20 +169,28 @@ class SharedPrefix:
         first_logits = head(last_hidden[owner_index]).float() / temperature
         scores = torch.log_softmax(first_logits, -1).gather(-1, first_ids.unsqueeze(-1)).squeeze(-1)
         if any(len(cont) > 1 for cont in flat):
-            scores = scores + self._packed_tails(decoder, head, cache, attention, shared + lengths, continuations,
-                                                 temperature)
+            scores = scores + self._packed_tails(
+                decoder, head, cache, attention, shared + lengths, continuations, temperature
+            )
         results, start = [], 0
         for row, conts in enumerate(continuations):
-            result = scores[start:start + len(conts)]
+            result = scores[start : start + len(conts)]
             if tail_scores is not None:
-                result = torch.cat([result, tail_scores[row:row + 1]])
+                result = torch.cat([result, tail_scores[row : row + 1]])
             results.append(result)
             start += len(conts)
         return results
 
-    def _packed_tails(self, decoder: Any, head: Any, cache: Any, attention: torch.Tensor,
-                      prompt_lengths: torch.Tensor, continuations: Sequence[Sequence[Sequence[int]]],
-                      temperature: float) -> torch.Tensor:
+    def _packed_tails(
+        self,
+        decoder: Any,
+        head: Any,
+        cache: Any,
+        attention: torch.Tensor,
+        prompt_lengths: torch.Tensor,
+        continuations: Sequence[Sequence[Sequence[int]]],
+        temperature: float,
+    ) -> torch.Tensor:
         """log p(tokens 2.. of each continuation), one entry per continuation in order, from one pass per
         prompt row that packs its continuations' inputs (all tokens but the last) side by side."""
         import torch
@@ -162,10 +207,10 @@ class SharedPrefix:
             column = 0
             for cont in conts:
                 span = len(cont) - 1
-                ids[row, column:column + span] = torch.tensor(cont[:-1], dtype=torch.long)
-                targets[row, column:column + span] = torch.tensor(cont[1:], dtype=torch.long)
-                offsets[row, column:column + span] = torch.arange(span)
-                segment[row, column:column + span] = flat_index
+                ids[row, column : column + span] = torch.tensor(cont[:-1], dtype=torch.long)
+                targets[row, column : column + span] = torch.tensor(cont[1:], dtype=torch.long)
+                offsets[row, column : column + span] = torch.arange(span)
+                segment[row, column : column + span] = flat_index
                 column += span
                 flat_index += 1
         ids, offsets, segment, targets = ids.to(device), offsets.to(device), segment.to(device), targets.to(device)
@@ -174,16 +219,23 @@ class SharedPrefix:
         causal = torch.ones((width, width), dtype=torch.bool, device=device).tril()
         mask = torch.cat([attention.bool().unsqueeze(1).expand(-1, width, -1), own & causal], dim=-1).unsqueeze(1)
         positions = prompt_lengths.unsqueeze(-1) + offsets
-        hidden = decoder(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
-                         use_cache=True)[0]
+        hidden = decoder(
+            input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True
+        )[0]
         scored = segment >= 0
         logits = head(hidden[scored]).float() / temperature
         values = torch.log_softmax(logits, -1).gather(-1, targets[scored].unsqueeze(-1)).squeeze(-1)
         total = sum(len(conts) for conts in continuations)
         return torch.zeros(total, dtype=values.dtype, device=device).index_add(0, segment[scored], values)
 
-    def _prompt_tail_logprobs(self, hidden: torch.Tensor, suffix_ids: torch.Tensor, lengths: torch.Tensor,
-                              tails: Sequence[int], temperature: float) -> torch.Tensor:
+    def _prompt_tail_logprobs(
+        self,
+        hidden: torch.Tensor,
+        suffix_ids: torch.Tensor,
+        lengths: torch.Tensor,
+        tails: Sequence[int],
+        temperature: float,
+    ) -> torch.Tensor:
         import torch
 
         head = self.base.get_output_embeddings()
@@ -195,8 +247,8 @@ class SharedPrefix:
                 continue
             if count >= length:
                 raise ValueError(f"prompt tail of {count} tokens reaches into the shared prefix")
-            logits = head(hidden[row, length - count - 1:length - 1]).float() / temperature
-            targets = suffix_ids[row, length - count:length]
+            logits = head(hidden[row, length - count - 1 : length - 1]).float() / temperature
+            targets = suffix_ids[row, length - count : length]
             sums.append(torch.log_softmax(logits, -1).gather(-1, targets.unsqueeze(-1)).sum())
         return torch.stack(sums)
 
@@ -228,14 +280,20 @@ def _right_pad(sequences: Sequence[Sequence[int]], pad_id: int, device: Any) -> 
     ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(sequences), width), dtype=torch.long)
     for row, sequence in enumerate(sequences):
-        ids[row, :len(sequence)] = torch.tensor(list(sequence), dtype=torch.long)
-        mask[row, :len(sequence)] = 1
+        ids[row, : len(sequence)] = torch.tensor(list(sequence), dtype=torch.long)
+        mask[row, : len(sequence)] = 1
     return ids.to(device), mask.to(device)
 
 
-def prefix_token_logprobs(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                          mask: torch.Tensor, temperature: float = 1.0, with_entropy: bool = False,
-                          min_shared: int = 64) -> tuple[torch.Tensor, torch.Tensor | None]:
+def prefix_token_logprobs(
+    model: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    mask: torch.Tensor,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+    min_shared: int = 64,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """`grpo.token_logprobs` for right-padded rows that share a long prompt prefix (a ToolScale domain's policy
     and tool schemas: thousands of tokens before each row's own question and turns).
 
@@ -252,7 +310,7 @@ def prefix_token_logprobs(model: Any, input_ids: torch.Tensor, attention_mask: t
     lengths = attention_mask.sum(-1).tolist()
     scored = mask.bool()
     first_scored = [int(row.nonzero()[0]) if row.any() else width - 1 for row in scored]
-    sequences = [input_ids[row, :lengths[row]].tolist() for row in range(rows)]
+    sequences = [input_ids[row, : lengths[row]].tolist() for row in range(rows)]
     shared = min(common_prefix_length(sequences), min(first_scored), min(lengths) - 1)
     if shared < min_shared:
         return token_logprobs(model, input_ids, attention_mask, temperature, with_entropy=with_entropy, mask=mask)
@@ -261,19 +319,31 @@ def prefix_token_logprobs(model: Any, input_ids: torch.Tensor, attention_mask: t
     with torch.no_grad():
         cache = _new_cache(base)
         decoder(input_ids=input_ids[:1, :shared], past_key_values=cache, use_cache=True)
-        layers = [(layer.keys.expand(rows, -1, -1, -1), layer.values.expand(rows, -1, -1, -1))
-                  for layer in cache.layers]
+        layers = [
+            (layer.keys.expand(rows, -1, -1, -1), layer.values.expand(rows, -1, -1, -1)) for layer in cache.layers
+        ]
     from transformers import DynamicCache
 
     cache = DynamicCache(ddp_cache_data=layers, config=base.config)
-    attention = torch.cat([torch.ones((rows, shared), dtype=attention_mask.dtype, device=attention_mask.device),
-                           attention_mask[:, shared:]], dim=-1)
+    attention = torch.cat(
+        [
+            torch.ones((rows, shared), dtype=attention_mask.dtype, device=attention_mask.device),
+            attention_mask[:, shared:],
+        ],
+        dim=-1,
+    )
     positions = torch.arange(shared, width, device=input_ids.device).expand(rows, -1)
-    hidden = decoder(input_ids=input_ids[:, shared:], attention_mask=attention, position_ids=positions,
-                     past_key_values=cache, use_cache=True)[0][:, :-1]
+    hidden = decoder(
+        input_ids=input_ids[:, shared:],
+        attention_mask=attention,
+        position_ids=positions,
+        past_key_values=cache,
+        use_cache=True,
+    )[0][:, :-1]
     selected = scored[:, shared:]
-    values, entropy = _logprobs_of(head(hidden[selected]), input_ids[:, shared + 1:][selected], temperature,
-                                   with_entropy)
+    values, entropy = _logprobs_of(
+        head(hidden[selected]), input_ids[:, shared + 1 :][selected], temperature, with_entropy
+    )
     full = torch.zeros(scored.shape, dtype=values.dtype, device=values.device)
     full[:, shared:] = full[:, shared:].masked_scatter(selected, values)
     if entropy is not None:

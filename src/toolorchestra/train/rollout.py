@@ -86,8 +86,11 @@ class TurnRenderer:
         self.tokenizer = tokenizer
         self.end_of_turn_id = _end_of_turn_id(tokenizer)
         end_text = tokenizer.convert_ids_to_tokens(self.end_of_turn_id)
-        probe = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"},
-                 {"role": "assistant", "content": "a"}]
+        probe = [
+            {"role": "system", "content": "s"},
+            {"role": "user", "content": "u"},
+            {"role": "assistant", "content": "a"},
+        ]
         probe_text = tokenizer.apply_chat_template(probe, tokenize=False)
         cut = probe_text.rfind(end_text)
         if cut < 0:
@@ -95,11 +98,12 @@ class TurnRenderer:
         self._probe = probe
         self._probe_text = probe_text
         # What the template writes after the assistant's end token (ChatML: a newline).
-        self._after_end = probe_text[cut + len(end_text):]
+        self._after_end = probe_text[cut + len(end_text) :]
 
     def prompt_ids(self, messages: list[dict[str, Any]], schemas: list[dict[str, Any]]) -> list[int]:
-        text = self.tokenizer.apply_chat_template(to_plain_messages(messages, schemas), tokenize=False,
-                                                  add_generation_prompt=True)
+        text = self.tokenizer.apply_chat_template(
+            to_plain_messages(messages, schemas), tokenize=False, add_generation_prompt=True
+        )
         return self.encode(text)
 
     def between_turns_ids(self, new_messages: list[dict[str, Any]]) -> list[int]:
@@ -108,7 +112,7 @@ class TurnRenderer:
         full = self.tokenizer.apply_chat_template(self._probe + plain, tokenize=False, add_generation_prompt=True)
         if not full.startswith(self._probe_text):
             raise ValueError("the chat template renders earlier turns differently once later turns are added")
-        return self.encode(self._after_end + full[len(self._probe_text):])
+        return self.encode(self._after_end + full[len(self._probe_text) :])
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -125,9 +129,17 @@ def _end_of_turn_id(tokenizer: Any) -> int:
 
 
 class RolloutEngine:
-    def __init__(self, model: Any, tokenizer: Any, env: Env, config: RolloutConfig, *,
-                 model_name: str = "orchestrator", price: Price | None = None,
-                 max_question_chars: int | None = None) -> None:
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        env: Env,
+        config: RolloutConfig,
+        *,
+        model_name: str = "orchestrator",
+        price: Price | None = None,
+        max_question_chars: int | None = None,
+    ) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.env = env
@@ -150,17 +162,36 @@ class RolloutEngine:
         episodes = []
         for group, draw in enumerate(draws):
             schemas = [tool.schema() for tool in draw.tools]
-            messages = initial_messages(draw.tools, question_text(draw.task, self.max_question_chars),
-                                        draw.preference, draw.wording, task_rules(draw.task))
+            messages = initial_messages(
+                draw.tools,
+                question_text(draw.task, self.max_question_chars),
+                draw.preference,
+                draw.wording,
+                task_rules(draw.task),
+            )
             prompt_ids = self.renderer.prompt_ids(messages, schemas)
             for _ in range(self.config.n):
-                trajectory = Trajectory(task_id=draw.task.id, env=self.env.name, split=draw.task.split,
-                                        policy=self.model_name, question=draw.task.prompt,
-                                        preference=draw.preference.weights(), messages=[dict(m) for m in messages])
-                episodes.append(Episode(draw=draw, group=group, tools={t.name: t for t in draw.tools},
-                                        messages=trajectory.messages, trajectory=trajectory,
-                                        token_ids=list(prompt_ids), loss_mask=[0] * len(prompt_ids),
-                                        prompt_length=len(prompt_ids)))
+                trajectory = Trajectory(
+                    task_id=draw.task.id,
+                    env=self.env.name,
+                    split=draw.task.split,
+                    policy=self.model_name,
+                    question=draw.task.prompt,
+                    preference=draw.preference.weights(),
+                    messages=[dict(m) for m in messages],
+                )
+                episodes.append(
+                    Episode(
+                        draw=draw,
+                        group=group,
+                        tools={t.name: t for t in draw.tools},
+                        messages=trajectory.messages,
+                        trajectory=trajectory,
+                        token_ids=list(prompt_ids),
+                        loss_mask=[0] * len(prompt_ids),
+                        prompt_length=len(prompt_ids),
+                    )
+                )
         return episodes
 
     def run(self, draws: list[PromptDraw]) -> list[Episode]:
@@ -191,7 +222,7 @@ class RolloutEngine:
             if not active:
                 break
             generated = self.generate(active, share_prefill=turn == 0 and self.config.share_prompt_prefill)
-            for episode, ids in zip(active, generated):
+            for episode, ids in zip(active, generated, strict=True):
                 self._append_policy_turn(episode, ids)
             self._loop.run_until_complete(self._act_all(active, turn, generated))
         for episode in episodes:
@@ -239,7 +270,7 @@ class RolloutEngine:
             episode.loss_mask.append(0)
 
     async def _act_all(self, episodes: list[Episode], turn: int, generated: list[list[int]]) -> None:
-        await asyncio.gather(*(self._act(episode, turn, ids) for episode, ids in zip(episodes, generated)))
+        await asyncio.gather(*(self._act(episode, turn, ids) for episode, ids in zip(episodes, generated, strict=True)))
 
     async def _act(self, episode: Episode, turn: int, ids: list[int]) -> None:
         """Parse the turn and play it through the episode engine; append the observation's ids."""
@@ -247,12 +278,21 @@ class RolloutEngine:
         text = self.tokenizer.decode(body, skip_special_tokens=True)
         prose, calls, errors = parse_tool_calls(text)
         prompt_tokens = len(episode.token_ids) - len(ids)
-        step = Step(turn=turn, kind="orchestrator", name=self.model_name, model=self.model_name, output=text,
-                    prompt_tokens=prompt_tokens, completion_tokens=len(ids),
-                    cost_usd=self.price.cost(prompt_tokens, len(ids)), latency_s=self.latency.seconds(len(ids)),
-                    error="; ".join(errors) or None)
-        record = await take_turn(episode.trajectory, episode.tools, episode.draw.task, step, calls, errors,
-                                 prose=prose, wall_clock=False)
+        step = Step(
+            turn=turn,
+            kind="orchestrator",
+            name=self.model_name,
+            model=self.model_name,
+            output=text,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=len(ids),
+            cost_usd=self.price.cost(prompt_tokens, len(ids)),
+            latency_s=self.latency.seconds(len(ids)),
+            error="; ".join(errors) or None,
+        )
+        record = await take_turn(
+            episode.trajectory, episode.tools, episode.draw.task, step, calls, errors, prose=prose, wall_clock=False
+        )
         if episode.trajectory.stop_reason == "answer":
             episode.done = True
             return
@@ -275,7 +315,7 @@ class RolloutEngine:
         if share_prefill:
             size = max(self.config.n, size - size % self.config.n)  # keep groups whole in a batch
         for start in range(0, len(episodes), size):
-            chunk = episodes[start:start + size]
+            chunk = episodes[start : start + size]
             outputs.extend(self._generate_chunk(chunk, share_prefill))
         return outputs
 
@@ -302,13 +342,19 @@ class RolloutEngine:
         self.prefill_stats["prefill_tokens"] += int(attention.sum())
         with torch.no_grad():
             output = self.model.generate(
-                input_ids=input_ids, attention_mask=attention, do_sample=True,
-                temperature=self.config.temperature, top_p=self.config.top_p, top_k=0,
-                max_new_tokens=max_new, eos_token_id=self.renderer.end_of_turn_id, pad_token_id=self.pad_id,
+                input_ids=input_ids,
+                attention_mask=attention,
+                do_sample=True,
+                temperature=self.config.temperature,
+                top_p=self.config.top_p,
+                top_k=0,
+                max_new_tokens=max_new,
+                eos_token_id=self.renderer.end_of_turn_id,
+                pad_token_id=self.pad_id,
                 **kwargs,
             )
-        new_tokens = output[:, input_ids.shape[1]:].tolist()
-        return [self._cut(ids, self._room(episode)) for ids, episode in zip(new_tokens, chunk)]
+        new_tokens = output[:, input_ids.shape[1] :].tolist()
+        return [self._cut(ids, self._room(episode)) for ids, episode in zip(new_tokens, chunk, strict=True)]
 
     def _identical_runs(self, chunk: list[Episode]) -> int | None:
         """n when the chunk is whole groups of n identical prompts in a row (the first turn), else None."""
@@ -333,8 +379,14 @@ class RolloutEngine:
         with torch.no_grad():
             # Only the cache is wanted: logits_to_keep=1 skips the vocabulary projection of every
             # prompt position (measured at ~0.3 s per step on the benchmark's 2 x 523-token prompts).
-            self.model(input_ids=unique_ids, attention_mask=unique_mask, position_ids=positions,
-                       past_key_values=cache, use_cache=True, logits_to_keep=1)
+            self.model(
+                input_ids=unique_ids,
+                attention_mask=unique_mask,
+                position_ids=positions,
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
         cache.batch_repeat_interleave(copies)
         self.prefill_stats["prefill_tokens_saved"] += int(unique_mask.sum()) * (copies - 1)
         return cache
@@ -343,7 +395,7 @@ class RolloutEngine:
         """Keep the ids up to and including the first end-of-turn, at most `room` of them."""
         ids = ids[:room]
         if self.renderer.end_of_turn_id in ids:
-            ids = ids[:ids.index(self.renderer.end_of_turn_id) + 1]
+            ids = ids[: ids.index(self.renderer.end_of_turn_id) + 1]
         return ids
 
 
@@ -354,6 +406,6 @@ def _left_pad(sequences: list[list[int]], pad_id: int, device: Any) -> tuple[tor
     ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(sequences), width), dtype=torch.long)
     for row, seq in enumerate(sequences):
-        ids[row, width - len(seq):] = torch.tensor(seq, dtype=torch.long)
-        mask[row, width - len(seq):] = 1
+        ids[row, width - len(seq) :] = torch.tensor(seq, dtype=torch.long)
+        mask[row, width - len(seq) :] = 1
     return ids.to(device), mask.to(device)

@@ -72,8 +72,15 @@ class TaskSampler:
             if kind == "tool" and not preference.tools:
                 continue  # no label to prefer among the offered tools
             wording = self.rng.randrange(WORDINGS) if self.config.random_wording else 0
-            variants.append(PromptDraw(task=draw.task, tools=draw.tools, preference=preference,
-                                       price_factors=draw.price_factors, wording=wording))
+            variants.append(
+                PromptDraw(
+                    task=draw.task,
+                    tools=draw.tools,
+                    preference=preference,
+                    price_factors=draw.price_factors,
+                    wording=wording,
+                )
+            )
         return variants
 
     def _kinds(self) -> list[str]:
@@ -101,8 +108,9 @@ class TaskSampler:
             if not isinstance(tool, AnswerTool) and self.rng.random() >= self.config.tool_keep_prob:
                 continue
             if isinstance(tool, LLMTool) and tool.labels:
-                rebuilt = _relabel(tool, offered, numbers if self.config.label_style == "numbered" else None,
-                                   factors, repriced)
+                rebuilt = _relabel(
+                    tool, offered, numbers if self.config.label_style == "numbered" else None, factors, repriced
+                )
                 if rebuilt is not None:
                     tools.append(rebuilt)
             else:
@@ -140,8 +148,12 @@ class TaskSampler:
 
     def state_dict(self) -> dict[str, Any]:
         version, internal, gauss = self.rng.getstate()
-        return {"rng": [version, list(internal), gauss], "epoch": self.epoch, "position": self.position,
-                "order": list(self.order)}
+        return {
+            "rng": [version, list(internal), gauss],
+            "epoch": self.epoch,
+            "position": self.position,
+            "order": list(self.order),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         version, internal, gauss = state["rng"]
@@ -161,8 +173,10 @@ def held_out_models(env: Env, task: Task, names: list[str]) -> set[str]:
     by_label = {label: model for tool in tools if isinstance(tool, LLMTool) for label, model in tool.labels.items()}
     unknown = [name for name in names if name not in models and name not in by_label]
     if unknown:
-        raise ConfigError(f"sampler.hold_out_models: env {env.name!r} has no model {', '.join(map(repr, unknown))}; "
-                          f"its models are {', '.join(models)}")
+        raise ConfigError(
+            f"sampler.hold_out_models: env {env.name!r} has no model {', '.join(map(repr, unknown))}; "
+            f"its models are {', '.join(models)}"
+        )
     held = {by_label.get(name, name) for name in names}
     if not set(models) - held:
         raise ConfigError("sampler.hold_out_models: holds out every model of the pool; training needs at least one")
@@ -173,11 +187,18 @@ def draw_record(draw: PromptDraw) -> dict[str, Any]:
     """What `draw` offers and asks for, as JSON-able data: the task, the tools in order (an LLM tool with the
     labels it shows and the model behind each), the price factor of each offered model, the preference and
     its wording. `draw_from_record` rebuilds the same draw from it and the env."""
-    tools = [{"name": tool.name, "labels": dict(tool.labels) if isinstance(tool, LLMTool) and tool.labels else None}
-             for tool in draw.tools]
-    return {"task_id": draw.task.id, "split": draw.task.split, "tools": tools,
-            "price_factors": dict(draw.price_factors), "preference": draw.preference.model_dump(mode="json"),
-            "wording": draw.wording}
+    tools = [
+        {"name": tool.name, "labels": dict(tool.labels) if isinstance(tool, LLMTool) and tool.labels else None}
+        for tool in draw.tools
+    ]
+    return {
+        "task_id": draw.task.id,
+        "split": draw.task.split,
+        "tools": tools,
+        "price_factors": dict(draw.price_factors),
+        "preference": draw.preference.model_dump(mode="json"),
+        "wording": draw.wording,
+    }
 
 
 def draw_from_record(env: Env, task: Task, record: dict[str, Any]) -> PromptDraw:
@@ -189,18 +210,26 @@ def draw_from_record(env: Env, task: Task, record: dict[str, Any]) -> PromptDraw
     for entry in record["tools"]:
         tool = base.get(entry["name"])
         if tool is None:
-            raise ValueError(f"tools: env {env.name!r} offers no tool {entry['name']!r} for task {task.id!r}; "
-                             f"it offers {sorted(base)}")
+            raise ValueError(
+                f"tools: env {env.name!r} offers no tool {entry['name']!r} for task {task.id!r}; "
+                f"it offers {sorted(base)}"
+            )
         labels = entry.get("labels")
         if labels and isinstance(tool, LLMTool):
             pool = repriced.get(id(tool.pool))
             if pool is None:
                 pool = repriced[id(tool.pool)] = _repriced_pool(tool.pool, factors)
-            tool = type(tool)(tool.name, tool.description, {str(k): str(v) for k, v in labels.items()}, pool,
-                              tool.max_tokens)
+            tool = type(tool)(
+                tool.name, tool.description, {str(k): str(v) for k, v in labels.items()}, pool, tool.max_tokens
+            )
         tools.append(tool)
-    return PromptDraw(task=task, tools=tools, preference=Preference.model_validate(record["preference"]),
-                      price_factors=factors, wording=int(record.get("wording", 0)))
+    return PromptDraw(
+        task=task,
+        tools=tools,
+        preference=Preference.model_validate(record["preference"]),
+        price_factors=factors,
+        wording=int(record.get("wording", 0)),
+    )
 
 
 def _models_behind(tools: list[Tool]) -> list[str]:
@@ -213,14 +242,22 @@ def _models_behind(tools: list[Tool]) -> list[str]:
     return list(seen)
 
 
-def _relabel(tool: LLMTool, offered: list[str], numbers: dict[str, int] | None, factors: dict[str, float],
-             repriced: dict[int, ModelPool]) -> Tool | None:
+def _relabel(
+    tool: LLMTool,
+    offered: list[str],
+    numbers: dict[str, int] | None,
+    factors: dict[str, float],
+    repriced: dict[int, ModelPool],
+) -> Tool | None:
     """A copy of `tool` offering only `offered` models (in that order) at scaled prices, labelled as the env
     labels them, or TOOL-N when `numbers` is given (the same model gets the same N in every tool)."""
     env_label = {model: label for label, model in tool.labels.items()}
     prefix = _label_prefix(tool)
-    labels = {(f"{prefix}-{numbers[model]}" if numbers else env_label[model]): model
-              for model in offered if model in env_label}
+    labels = {
+        (f"{prefix}-{numbers[model]}" if numbers else env_label[model]): model
+        for model in offered
+        if model in env_label
+    }
     if not labels:
         return None
     pool = repriced.get(id(tool.pool))
@@ -255,8 +292,12 @@ def _repriced_pool(pool: ModelPool, factors: dict[str, float]) -> ModelPool:
 def _preferable_names(tools: list[Tool]) -> list[str]:
     """Labels of LLM tools that are not the answer tool, else any non-answer tool name, else the answer
     tool's labels."""
-    labels = [label for tool in tools if isinstance(tool, LLMTool) and not isinstance(tool, AnswerTool)
-              for label in tool.labels]
+    labels = [
+        label
+        for tool in tools
+        if isinstance(tool, LLMTool) and not isinstance(tool, AnswerTool)
+        for label in tool.labels
+    ]
     if labels:
         return labels
     names = [tool.name for tool in tools if not isinstance(tool, AnswerTool)]

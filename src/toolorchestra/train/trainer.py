@@ -32,14 +32,22 @@ def recipe_record(config: TrainConfig, step: int) -> dict[str, Any]:
     import subprocess
 
     try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
-                                cwd=Path(__file__).parent).stdout.strip() or None
+        commit = (
+            subprocess.run(
+                ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, cwd=Path(__file__).parent
+            ).stdout.strip()
+            or None
+        )
     except (OSError, subprocess.SubprocessError):
         commit = None  # an installed package outside a git checkout
-    return {"recipe": config.recipe_section(), "warm_start": config.sft.model_dump(mode="json")
-            if config.recipe != "sft" and config.sft.steps > 0 else None,
-            "data": config.data.model_dump(mode="json"), "steps": step, "git_commit": commit,
-            "config": config.model_dump(mode="json")}
+    return {
+        "recipe": config.recipe_section(),
+        "warm_start": config.sft.model_dump(mode="json") if config.recipe != "sft" and config.sft.steps > 0 else None,
+        "data": config.data.model_dump(mode="json"),
+        "steps": step,
+        "git_commit": commit,
+        "config": config.model_dump(mode="json"),
+    }
 
 
 def load_env(name: str) -> Env:
@@ -66,8 +74,14 @@ def wrap_lora(model: Any, rank: int, alpha: int, target_modules: Any, last_layer
         layers = list(range(max(0, total - last_layers), total))
         if target_modules == "all-linear":  # peft wants explicit names with layers_to_transform
             target_modules = _decoder_linear_names(model)
-    lora = LoraConfig(r=rank, lora_alpha=alpha, target_modules=target_modules, lora_dropout=0.0,
-                      task_type="CAUSAL_LM", layers_to_transform=layers)
+    lora = LoraConfig(
+        r=rank,
+        lora_alpha=alpha,
+        target_modules=target_modules,
+        lora_dropout=0.0,
+        task_type="CAUSAL_LM",
+        layers_to_transform=layers,
+    )
     return get_peft_model(model, lora)
 
 
@@ -76,8 +90,13 @@ def _decoder_linear_names(model: Any) -> list[str]:
     import torch
 
     output = model.get_output_embeddings()
-    return sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules()
-                   if isinstance(module, torch.nn.Linear) and module is not output and ".layers." in name})
+    return sorted(
+        {
+            name.rsplit(".", 1)[-1]
+            for name, module in model.named_modules()
+            if isinstance(module, torch.nn.Linear) and module is not output and ".layers." in name
+        }
+    )
 
 
 def _init_from(reference: str, model: Any) -> None:
@@ -92,9 +111,11 @@ def _init_from(reference: str, model: Any) -> None:
         checkpoint = shipped.folder
     adapter = checkpoint / ADAPTER_FILES[1]
     if not (checkpoint / "trainable.pt").is_file() and not adapter.is_file():
-        raise ConfigError(f"model.init_checkpoint: {reference} is not a checkpoint (no trainable.pt), an exported "
-                          f"adapter (no {ADAPTER_FILES[1]}) or a shipped orchestrator name "
-                          f"({', '.join(sorted(shipped_orchestrators())) or 'none shipped'})")
+        raise ConfigError(
+            f"model.init_checkpoint: {reference} is not a checkpoint (no trainable.pt), an exported "
+            f"adapter (no {ADAPTER_FILES[1]}) or a shipped orchestrator name "
+            f"({', '.join(sorted(shipped_orchestrators())) or 'none shipped'})"
+        )
     try:
         if adapter.is_file():
             _load_adapter_weights(adapter, model)
@@ -115,16 +136,26 @@ def _load_adapter_weights(adapter: Path, model: Any) -> None:
     unexpected = list(getattr(result, "unexpected_keys", []) or [])
     if unexpected:
         raise ValueError(f"adapter has weights the policy lacks, e.g. {unexpected[:3]}")
-    loaded = {key.replace(".lora_A.weight", ".lora_A.default.weight").replace(".lora_B.weight", ".lora_B.default.weight")
-              for key in weights}
+    loaded = {
+        key.replace(".lora_A.weight", ".lora_A.default.weight").replace(".lora_B.weight", ".lora_B.default.weight")
+        for key in weights
+    }
     uncovered = [name for name, param in model.named_parameters() if param.requires_grad and name not in loaded]
     if uncovered:
         raise ValueError(f"adapter lacks trainable weights of the policy, e.g. {uncovered[:3]}")
 
 
 class Trainer:
-    def __init__(self, config: TrainConfig, *, env: Env | None = None, model: Any = None, tokenizer: Any = None,
-                 run_dir: Path | str | None = None, resume: bool = False) -> None:
+    def __init__(
+        self,
+        config: TrainConfig,
+        *,
+        env: Env | None = None,
+        model: Any = None,
+        tokenizer: Any = None,
+        run_dir: Path | str | None = None,
+        resume: bool = False,
+    ) -> None:
         import torch
 
         self.config = config
@@ -140,8 +171,13 @@ class Trainer:
             model, tokenizer = load_policy(config.model.path, config.model.dtype, config.model.device)
         self.tokenizer = tokenizer
         if config.model.lora_rank > 0:
-            model = wrap_lora(model, config.model.lora_rank, config.model.lora_alpha, config.model.target_modules,
-                              config.model.lora_layers)
+            model = wrap_lora(
+                model,
+                config.model.lora_rank,
+                config.model.lora_alpha,
+                config.model.target_modules,
+                config.model.lora_layers,
+            )
         if config.model.init_checkpoint:
             _init_from(config.model.init_checkpoint, model)
         if config.model.gradient_checkpointing:
@@ -149,11 +185,13 @@ class Trainer:
         self.policy = model
         trainable = [param for param in self.policy.parameters() if param.requires_grad]
         optim = config.actor.optim
-        self.optimizer = torch.optim.AdamW(trainable, lr=optim.lr, weight_decay=optim.weight_decay,
-                                           betas=(optim.betas[0], optim.betas[1]))
+        self.optimizer = torch.optim.AdamW(
+            trainable, lr=optim.lr, weight_decay=optim.weight_decay, betas=(optim.betas[0], optim.betas[1])
+        )
         self.sampler = TaskSampler(self.env, self.tasks, config.sampler, config.seed)
-        self.rollout = RolloutEngine(self.policy, tokenizer, self.env, config.rollout,
-                                     max_question_chars=config.data.max_question_chars)
+        self.rollout = RolloutEngine(
+            self.policy, tokenizer, self.env, config.rollout, max_question_chars=config.data.max_question_chars
+        )
         self.global_step = 0
         self._recipe: Any = None
         self._writer: Any = None
@@ -164,12 +202,13 @@ class Trainer:
     def _tasks(self) -> list[Task]:
         tasks = self.env.tasks(self.config.data.split)
         if self.config.data.max_tasks is not None:
-            tasks = tasks[:self.config.data.max_tasks]
+            tasks = tasks[: self.config.data.max_tasks]
         if not tasks:
             from toolorchestra.errors import ConfigError
 
-            raise ConfigError(f"data.split: env {self.config.data.env!r} has no tasks in split "
-                              f"{self.config.data.split!r}")
+            raise ConfigError(
+                f"data.split: env {self.config.data.env!r} has no tasks in split {self.config.data.split!r}"
+            )
         return tasks
 
     # ---- the public interface recipes use ------------------------------------------------------
@@ -181,8 +220,9 @@ class Trainer:
     def trainable_parameters(self) -> list[Any]:
         return [param for param in self.policy.parameters() if param.requires_grad]
 
-    def logprobs(self, ids: Any, attention: Any, mask: Any, temperature: float,
-                 with_entropy: bool = False) -> tuple[Any, Any]:
+    def logprobs(
+        self, ids: Any, attention: Any, mask: Any, temperature: float, with_entropy: bool = False
+    ) -> tuple[Any, Any]:
         """Per-token log-probs of the policy tokens, over a shared prompt prefix run once when
         actor.stop_gradient_prefix is set (train/prefix.py), with the matmuls in model.compute_dtype."""
         import torch
@@ -215,8 +255,11 @@ class Trainer:
         draws = self.sampler.next_batch(self.config.data.train_batch_size)
         recipe_metrics, episodes = self.recipe().step(draws)
         self.global_step += 1
-        metrics: dict[str, Any] = {"step": self.global_step, **recipe_metrics,
-                                   "step_time_s": time.perf_counter() - started}
+        metrics: dict[str, Any] = {
+            "step": self.global_step,
+            **recipe_metrics,
+            "step_time_s": time.perf_counter() - started,
+        }
         self.log(metrics, episodes)
         return metrics
 
@@ -234,8 +277,13 @@ class Trainer:
 
         total = self.config.trainer.total_training_steps
         history: list[dict[str, Any]] = []
-        columns = [TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                   TextColumn("{task.fields[status]}")]
+        columns = [
+            TextColumn("[bold]train"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[status]}"),
+        ]
         with Progress(*columns, disable=not show_progress) as progress:
             bar = progress.add_task("train", total=total, completed=self.global_step, status="")
             # Redirected to a file (nohup, SLURM) the bar draws nothing until the end: write each status as a line.
@@ -248,8 +296,9 @@ class Trainer:
 
             if self.global_step == 0 and self.config.sft.steps > 0:
                 show("SFT warm start: building examples")
-                self.warm_start(lambda step, loss: show(f"SFT warm start {step}/{self.config.sft.steps} "
-                                                        f"loss {loss:.3f}"))
+                self.warm_start(
+                    lambda step, loss: show(f"SFT warm start {step}/{self.config.sft.steps} loss {loss:.3f}")
+                )
             if self.config.recipe == "sft":
                 if self.global_step == 0:
                     self.save()  # its weights as checkpoint step_0, a start for model.init_checkpoint
@@ -258,9 +307,11 @@ class Trainer:
             while self.global_step < total:
                 metrics = self.step()
                 history.append(metrics)
-                show(f"reward {metrics['reward/mean']:.3f} acc {metrics['accuracy']:.2f} "
-                     f"valid {metrics['valid_frac']:.2f} {metrics['step_time_s']:.0f}s/step",
-                     completed=self.global_step)
+                show(
+                    f"reward {metrics['reward/mean']:.3f} acc {metrics['accuracy']:.2f} "
+                    f"valid {metrics['valid_frac']:.2f} {metrics['step_time_s']:.0f}s/step",
+                    completed=self.global_step,
+                )
                 if self.global_step % self.config.trainer.save_freq == 0 or self.global_step == total:
                     self.save()
         self.close()
@@ -284,10 +335,16 @@ class Trainer:
         merged = None
         if self.config.trainer.save_merged_model:
             merged = self.merged_model()
-        checkpoint = save_checkpoint(self.run_dir, self.global_step, model=self.policy, optimizer=self.optimizer,
-                                     sampler_state=self.sampler.state_dict(),
-                                     config=self.config.model_dump(mode="json"), merged_model=merged,
-                                     tokenizer=self.tokenizer)
+        checkpoint = save_checkpoint(
+            self.run_dir,
+            self.global_step,
+            model=self.policy,
+            optimizer=self.optimizer,
+            sampler_state=self.sampler.state_dict(),
+            config=self.config.model_dump(mode="json"),
+            merged_model=merged,
+            tokenizer=self.tokenizer,
+        )
         # what export-orchestrator copies into orchestrator.json: how these weights were trained
         (checkpoint / RECIPE_FILE).write_text(json.dumps(recipe_record(self.config, self.global_step), indent=2) + "\n")
         return checkpoint

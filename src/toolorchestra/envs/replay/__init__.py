@@ -29,8 +29,9 @@ def make_replay_backend(world: str, model: str, spec: ModelSpec) -> Backend:
     if not isinstance(env, ReplayEnv):
         raise ConfigError(f"model {spec.name!r}: {world!r} is not a replay world")
     if model not in env.models():
-        raise ConfigError(f"model {spec.name!r}: replay world {world!r} has no model {model!r}; "
-                          f"recorded models are {env.models()}")
+        raise ConfigError(
+            f"model {spec.name!r}: replay world {world!r} has no model {model!r}; recorded models are {env.models()}"
+        )
     return ReplayBackend(env, spec)
 
 

@@ -77,9 +77,16 @@ class ReplayBackend(Backend):
         self.name = spec.name
         self.model = spec.backend.model if spec.backend.type == "replay" else spec.name
 
-    async def complete(self, messages: list[Message], tools: list[dict[str, Any]] | None = None, *,
-                       max_tokens: int = 512, temperature: float = 0.0, top_p: float = 1.0,
-                       seed: int | None = None) -> Completion:
+    async def complete(
+        self,
+        messages: list[Message],
+        tools: list[dict[str, Any]] | None = None,
+        *,
+        max_tokens: int = 512,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        seed: int | None = None,
+    ) -> Completion:
         current = current_task.get()
         if current is None:
             raise BackendError(f"replay model {self.model!r} answers only inside an episode (no current task)")
@@ -123,8 +130,11 @@ class ReplayEnv(Env):
             AnswerTool("answer", ANSWER_DESCRIPTION, by_label, self.pool),
         ]
 
-    def reprice(self, factors: Mapping[str, float] | None = None,
-                sheet: Mapping[str, tuple[Price, LatencyPrior | None]] | None = None) -> None:
+    def reprice(
+        self,
+        factors: Mapping[str, float] | None = None,
+        sheet: Mapping[str, tuple[Price, LatencyPrior | None]] | None = None,
+    ) -> None:
         """Change prices at evaluation (the generalization tests): `sheet` gives models new prices (and latency
         priors), charged on tokens even where a cost was recorded; `factors` then multiply a model's prices and
         recorded costs. Models named in neither keep theirs."""
@@ -159,8 +169,15 @@ class ReplayEnv(Env):
         inherited = self.inherited_from(task, answer, trajectory.answered_by)
         if inherited is not None:
             record = self.record(task.id, inherited)
-            return Score(correct=record.correct, details={**details, "method": "inherit", "model": inherited,
-                                                          **({"grade": record.grade} if record.grade else {})})
+            return Score(
+                correct=record.correct,
+                details={
+                    **details,
+                    "method": "inherit",
+                    "model": inherited,
+                    **({"grade": record.grade} if record.grade else {}),
+                },
+            )
         judged = self.judge_text(task, answer)
         return Score(correct=judged.correct, details={**details, **judged.details})
 

@@ -100,8 +100,10 @@ class PriceEntry(BaseModel):
 
     def latency(self) -> LatencyPrior:
         default = LatencyPrior()
-        return LatencyPrior(overhead_s=default.overhead_s if self.overhead_s is None else self.overhead_s,
-                            output_tokens_per_s=self.output_tokens_per_s or default.output_tokens_per_s)
+        return LatencyPrior(
+            overhead_s=default.overhead_s if self.overhead_s is None else self.overhead_s,
+            output_tokens_per_s=self.output_tokens_per_s or default.output_tokens_per_s,
+        )
 
 
 class PriceSheet(BaseModel):
@@ -138,8 +140,9 @@ def read_price_sheet(path: Path) -> PriceSheet:
     except ValueError as exc:  # e.g. an integer of thousands of digits, which Python refuses to convert
         raise FormatError(path, f"not a price sheet: {_clipped(str(exc))}") from None
     if not isinstance(raw, dict) or "models" not in raw:
-        raise FormatError(path, "expected a mapping with a 'models:' key (model name or prefix -> prices)",
-                          field="models")
+        raise FormatError(
+            path, "expected a mapping with a 'models:' key (model name or prefix -> prices)", field="models"
+        )
     try:
         return PriceSheet.model_validate(raw)
     except ValidationError as exc:
@@ -155,8 +158,12 @@ def _sheet_text(path: Path) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise FormatError(path, f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); expected a "
-                          "YAML price sheet (see docs/replay.md)", line=data.count(b"\n", 0, exc.start) + 1) from None
+        raise FormatError(
+            path,
+            f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); expected a "
+            "YAML price sheet (see docs/replay.md)",
+            line=data.count(b"\n", 0, exc.start) + 1,
+        ) from None
 
 
 def _clipped(text: str, limit: int = 60) -> str:
@@ -197,16 +204,24 @@ def read_jsonl(path: Path, limit: int | None = None) -> Iterator[Line]:
                 continue
             yield Line(path, number, _parse_line(path, number, raw))
     except LineTooLong as exc:
-        raise FormatError(path, f"line longer than {exc.limit:,} bytes, refused without reading it (expected one "
-                          f"JSON object per line; {MAX_LINE_BYTES_ENV} raises the limit)", line=exc.line) from None
+        raise FormatError(
+            path,
+            f"line longer than {exc.limit:,} bytes, refused without reading it (expected one "
+            f"JSON object per line; {MAX_LINE_BYTES_ENV} raises the limit)",
+            line=exc.line,
+        ) from None
 
 
 def _parse_line(path: Path, number: int, raw: bytes) -> dict[str, Any]:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise FormatError(path, f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at column {exc.start + 1}); expected "
-                          "one JSON object per line", line=number) from None
+        raise FormatError(
+            path,
+            f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at column {exc.start + 1}); expected "
+            "one JSON object per line",
+            line=number,
+        ) from None
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -214,8 +229,12 @@ def _parse_line(path: Path, number: int, raw: bytes) -> dict[str, Any]:
     except RecursionError:
         raise FormatError(path, "JSON nested too deeply to read; expected a flat JSON object", line=number) from None
     except ValueError:  # the one ValueError json.loads raises beyond a decode error: an integer too long to read
-        raise FormatError(path, f"a number of more than {sys.get_int_max_str_digits()} digits, which Python refuses "
-                          "to read; expected ids and numbers of ordinary size", line=number) from None
+        raise FormatError(
+            path,
+            f"a number of more than {sys.get_int_max_str_digits()} digits, which Python refuses "
+            "to read; expected ids and numbers of ordinary size",
+            line=number,
+        ) from None
     if not isinstance(value, dict):
         raise FormatError(path, f"expected a JSON object, got {type(value).__name__}", line=number)
     return value
@@ -227,8 +246,11 @@ class DirectorySource:
     def __init__(self, root: Path) -> None:
         self.root = root
         if not root.is_dir():
-            raise FormatError(root, "directory not found (expected questions.jsonl, models/<name>.jsonl and an "
-                              "optional prices.yaml; see docs/replay.md)")
+            raise FormatError(
+                root,
+                "directory not found (expected questions.jsonl, models/<name>.jsonl and an "
+                "optional prices.yaml; see docs/replay.md)",
+            )
         if not (root / QUESTIONS).is_file():
             raise FormatError(root / QUESTIONS, "file not found")
         folder = root / MODELS
@@ -299,8 +321,13 @@ def load_world(source: WorldSource, world: str) -> LoadedWorld:
         tasks[task.split].append(task)
         records[task_id] = {model: rows[task_id] for model, rows in answers.items()}
     data = ReplayData(world=world, models=list(answers), tasks=tasks, records=records, dropped=dropped)
-    return LoadedWorld(data=data, pricing=pricing, answered={model: len(rows) for model, rows in answers.items()},
-                       questions=len(order), files=files)
+    return LoadedWorld(
+        data=data,
+        pricing=pricing,
+        answered={model: len(rows) for model, rows in answers.items()},
+        questions=len(order),
+        files=files,
+    )
 
 
 def _read_questions(source: WorldSource) -> tuple[dict[str, Task], list[str]]:
@@ -310,9 +337,12 @@ def _read_questions(source: WorldSource) -> tuple[dict[str, Task], list[str]]:
         question = _validate(QuestionLine, line)
         task_id = str(question.id)
         if task_id in tasks:
-            raise FormatError(line.path, f"duplicate id {_clipped(repr(question.id))} (first on line "
-                              f"{first_line[task_id]})",
-                              line=line.number, field="id")
+            raise FormatError(
+                line.path,
+                f"duplicate id {_clipped(repr(question.id))} (first on line {first_line[task_id]})",
+                line=line.number,
+                field="id",
+            )
         first_line[task_id] = line.number
         split = question.split or _split_by_parity(question.id, line)
         gold = None if question.answer is None else str(question.answer)
@@ -327,14 +357,20 @@ def _split_by_parity(task_id: str | int, line: Line) -> str:
         try:
             task_id = int(task_id)
         except ValueError:
-            raise FormatError(line.path, f"id {_clipped(repr(task_id))} is not an integer (of at most 4300 digits), "
-                              "so its split cannot follow id parity: "
-                              "give this question a 'split' (train or test)", line=line.number, field="split") from None
+            raise FormatError(
+                line.path,
+                f"id {_clipped(repr(task_id))} is not an integer (of at most 4300 digits), "
+                "so its split cannot follow id parity: "
+                "give this question a 'split' (train or test)",
+                line=line.number,
+                field="split",
+            ) from None
     return "train" if task_id % 2 == 0 else "test"
 
 
-def _read_answers(source: WorldSource, model: str, tasks: Mapping[str, Task],
-                  pricing: ModelPricing) -> tuple[dict[str, Recorded], str]:
+def _read_answers(
+    source: WorldSource, model: str, tasks: Mapping[str, Task], pricing: ModelPricing
+) -> tuple[dict[str, Recorded], str]:
     rows: dict[str, Recorded] = {}
     first_line: dict[str, int] = {}
     grade_field: tuple[str, int] | None = None  # the file's grade field and the line that set it
@@ -344,18 +380,28 @@ def _read_answers(source: WorldSource, model: str, tasks: Mapping[str, Task],
         answer = _validate(AnswerLine, line)
         task_id = str(answer.id)
         if task_id not in tasks:
-            raise FormatError(line.path, f"unknown id {_clipped(repr(answer.id))}: no question with this id in "
-                              f"{QUESTIONS}",
-                              line=line.number, field="id")
+            raise FormatError(
+                line.path,
+                f"unknown id {_clipped(repr(answer.id))}: no question with this id in {QUESTIONS}",
+                line=line.number,
+                field="id",
+            )
         if task_id in rows:
-            raise FormatError(line.path, f"duplicate id {_clipped(repr(answer.id))} (first on line "
-                              f"{first_line[task_id]})",
-                              line=line.number, field="id")
+            raise FormatError(
+                line.path,
+                f"duplicate id {_clipped(repr(answer.id))} (first on line {first_line[task_id]})",
+                line=line.number,
+                field="id",
+            )
         grade_field = _check_grade_field(answer, line, grade_field)
         if answer.cost_usd is None and pricing.entry is None:
-            raise FormatError(line.path, f"model {model!r} has no recorded cost here and no price: give "
-                              f"'cost_usd' on every line, or prices for {model!r} (or a prefix of it) in {PRICES}",
-                              line=line.number, field="cost_usd")
+            raise FormatError(
+                line.path,
+                f"model {model!r} has no recorded cost here and no price: give "
+                f"'cost_usd' on every line, or prices for {model!r} (or a prefix of it) in {PRICES}",
+                line=line.number,
+                field="cost_usd",
+            )
         first_line[task_id] = line.number
         rows[task_id] = _recorded(answer)
     return rows, path
@@ -363,24 +409,43 @@ def _read_answers(source: WorldSource, model: str, tasks: Mapping[str, Task],
 
 def _check_grade_field(answer: AnswerLine, line: Line, seen: tuple[str, int] | None) -> tuple[str, int]:
     if answer.correct is not None and answer.grading is not None:
-        raise FormatError(line.path, "both 'correct' and 'grading' are given; grade each line with one of them",
-                          line=line.number, field="grading")
+        raise FormatError(
+            line.path,
+            "both 'correct' and 'grading' are given; grade each line with one of them",
+            line=line.number,
+            field="grading",
+        )
     if answer.correct is None and answer.grading is None:
-        raise FormatError(line.path, "missing grade: give 'correct' (true/false) or 'grading' (A, B or C)",
-                          line=line.number, field="correct")
+        raise FormatError(
+            line.path,
+            "missing grade: give 'correct' (true/false) or 'grading' (A, B or C)",
+            line=line.number,
+            field="correct",
+        )
     name = "correct" if answer.correct is not None else "grading"
     if seen is not None and seen[0] != name:
-        raise FormatError(line.path, f"mixed grade fields: line {seen[1]} grades with '{seen[0]}', this line with "
-                          f"'{name}'; use one grade field in every line of a file", line=line.number, field=name)
+        raise FormatError(
+            line.path,
+            f"mixed grade fields: line {seen[1]} grades with '{seen[0]}', this line with "
+            f"'{name}'; use one grade field in every line of a file",
+            line=line.number,
+            field=name,
+        )
     return seen or (name, line.number)
 
 
 def _recorded(answer: AnswerLine) -> Recorded:
     counted = [count for count in (answer.completion_tokens, answer.reasoning_tokens) if count is not None]
     correct = answer.correct if answer.correct is not None else GRADES[str(answer.grading)]
-    return Recorded(response=answer.response, correct=correct, cost_usd=answer.cost_usd,
-                    output_tokens=sum(counted) if counted else None, grade=answer.grading,
-                    prompt_tokens=answer.prompt_tokens, latency_s=answer.latency_s)
+    return Recorded(
+        response=answer.response,
+        correct=correct,
+        cost_usd=answer.cost_usd,
+        output_tokens=sum(counted) if counted else None,
+        grade=answer.grading,
+        prompt_tokens=answer.prompt_tokens,
+        latency_s=answer.latency_s,
+    )
 
 
 def _validate(model: type[BaseModel], line: Line) -> Any:

@@ -107,10 +107,16 @@ class FramesSource:
             row = line.value
             types = [part.strip() for part in str(row.get("reasoning_type", "")).split("|") if part.strip()]
             problem = row.get("problem")
-            yield Line(line.path, line.number, {
-                "id": row.get("id"), "problem": problem.strip() if isinstance(problem, str) else problem,
-                "answer": None if row.get("answer") is None else str(row["answer"]),
-                "subset": types[0] if types else None})
+            yield Line(
+                line.path,
+                line.number,
+                {
+                    "id": row.get("id"),
+                    "problem": problem.strip() if isinstance(problem, str) else problem,
+                    "answer": None if row.get("answer") is None else str(row["answer"]),
+                    "subset": types[0] if types else None,
+                },
+            )
 
     def models(self) -> list[str]:
         return list(self._files)
@@ -128,11 +134,18 @@ class FramesSource:
             yield Line(line.path, line.number, value)
 
     def prices(self) -> FormatPriceSheet:
-        return FormatPriceSheet(models={
-            f"{name}_": PriceEntry(input_per_m=family.input_per_m, output_per_m=family.output_per_m,
-                                   overhead_s=family.latency.overhead_s,
-                                   output_tokens_per_s=family.latency.output_tokens_per_s, source=family.source)
-            for name, family in self.sheet.families.items()})
+        return FormatPriceSheet(
+            models={
+                f"{name}_": PriceEntry(
+                    input_per_m=family.input_per_m,
+                    output_per_m=family.output_per_m,
+                    overhead_s=family.latency.overhead_s,
+                    output_tokens_per_s=family.latency.output_tokens_per_s,
+                    source=family.source,
+                )
+                for name, family in self.sheet.families.items()
+            }
+        )
 
 
 @lru_cache(maxsize=4)
@@ -151,13 +164,20 @@ class FramesEnv(LogWorldEnv):
         self.judge = judge
         # gpt-5-mini_frames_low_effort -> gpt-5-mini-low-effort
         labels = {model: model.replace("_frames_", "-").replace("_", "-") for model in loaded.data.models}
-        super().__init__(loaded, "replay:frames", WORLD, labels=labels,
-                         describe=lambda model: f"{self.prices.family_of(model)[0]} (recorded FRAMES answers, {model})")
+        super().__init__(
+            loaded,
+            "replay:frames",
+            WORLD,
+            labels=labels,
+            describe=lambda model: f"{self.prices.family_of(model)[0]} (recorded FRAMES answers, {model})",
+        )
 
     def judge_text(self, task: Task, answer: str) -> Score:
         correct = normalized_match(answer, task.gold or "")
-        return Score(correct=correct, details={"method": "normalized", "gold": task.gold,
-                                               "extracted": final_answer_text(answer)[:200]})
+        return Score(
+            correct=correct,
+            details={"method": "normalized", "gold": task.gold, "extracted": final_answer_text(answer)[:200]},
+        )
 
     async def ascore(self, task: Task, trajectory: Trajectory) -> Score:
         score = self.score(task, trajectory)

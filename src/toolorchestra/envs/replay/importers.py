@@ -69,8 +69,13 @@ def _check_out(out: Path) -> None:
         raise UserError(f"--out {out}: exists and is not an empty directory; give a new one")
 
 
-def _read_csv(path: Path, questions: list[dict[str, Any]], answers: dict[str, list[dict[str, Any]]],
-              summary: ImportSummary, seen: set[str]) -> None:
+def _read_csv(
+    path: Path,
+    questions: list[dict[str, Any]],
+    answers: dict[str, list[dict[str, Any]]],
+    summary: ImportSummary,
+    seen: set[str],
+) -> None:
     if not path.is_file():
         raise UserError(f"{path}: file not found")
     split_of_file = "train" if path.stem.endswith("_train") else "test" if path.stem.endswith("_test") else None
@@ -88,21 +93,30 @@ def _read_csv(path: Path, questions: list[dict[str, Any]], answers: dict[str, li
             questions.append(question)
             summary.questions[question["split"]] += 1
             for model, record in recorded.items():
-                answers.setdefault(model, []).append({"id": question["id"], "response": record.response,
-                                                      "correct": record.correct, "cost_usd": record.cost_usd})
+                answers.setdefault(model, []).append(
+                    {
+                        "id": question["id"],
+                        "response": record.response,
+                        "correct": record.correct,
+                        "cost_usd": record.cost_usd,
+                    }
+                )
 
 
 def _models(path: Path, columns: Sequence[str]) -> list[str]:
     models = [c for c in columns if f"{c}|model_response" in columns and f"{c}|total_cost" in columns]
     missing = [name for name in ("sample_id", "prompt") if name not in columns]
     if not models or missing:
-        raise UserError(f"{path}: not a RouterBench-style CSV: expected columns sample_id, prompt (eval_name "
-                        "optional) and per model <model>, <model>|model_response, <model>|total_cost")
+        raise UserError(
+            f"{path}: not a RouterBench-style CSV: expected columns sample_id, prompt (eval_name "
+            "optional) and per model <model>, <model>|model_response, <model>|total_cost"
+        )
     return models
 
 
-def _question(path: Path, line: int, row: dict[str, str], index: int, split: str | None,
-              seen: set[str]) -> dict[str, Any]:
+def _question(
+    path: Path, line: int, row: dict[str, str], index: int, split: str | None, seen: set[str]
+) -> dict[str, Any]:
     sample_id = (row.get("sample_id") or "").strip()
     if not sample_id:
         raise UserError(f"{path}:{line}: field 'sample_id': empty")
@@ -112,8 +126,12 @@ def _question(path: Path, line: int, row: dict[str, str], index: int, split: str
         question_id = f"{question_id}@{path.stem}"
     seen.add(question_id)
     subset = (row.get("eval_name") or "").strip() or sample_id.split(".")[0]
-    return {"id": question_id, "problem": _unwrap(row["prompt"]), "subset": subset,
-            "split": split or ("train" if index % 2 == 0 else "test")}
+    return {
+        "id": question_id,
+        "problem": _unwrap(row["prompt"]),
+        "subset": subset,
+        "split": split or ("train" if index % 2 == 0 else "test"),
+    }
 
 
 def _recorded_cells(row: dict[str, str], models: list[str]) -> dict[str, Recorded]:
@@ -122,8 +140,11 @@ def _recorded_cells(row: dict[str, str], models: list[str]) -> dict[str, Recorde
         score, cost = (row.get(model) or "").strip(), (row.get(f"{model}|total_cost") or "").strip()
         if not score or not cost:
             continue
-        recorded[model] = Recorded(response=_unwrap(row.get(f"{model}|model_response") or ""),
-                                   correct=float(score) >= 0.5, cost_usd=float(cost))
+        recorded[model] = Recorded(
+            response=_unwrap(row.get(f"{model}|model_response") or ""),
+            correct=float(score) >= 0.5,
+            cost_usd=float(cost),
+        )
     return recorded
 
 

@@ -66,9 +66,11 @@ def normalize(text: str) -> str:
 
 
 _NUMBER_WORDS = {
-    word: index for index, word in enumerate(
+    word: index
+    for index, word in enumerate(
         "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
-        "sixteen seventeen eighteen nineteen twenty".split())
+        "sixteen seventeen eighteen nineteen twenty".split()
+    )
 }
 
 
@@ -138,8 +140,9 @@ class LLMJudge:
 
     async def grade(self, question: str, gold: str, answer: str) -> str:
         prompt = GRADER_PROMPT.format(question=question, gold=gold, answer=answer)
-        completion = await self.backend.complete([{"role": "user", "content": prompt}], None,
-                                                 max_tokens=self.max_tokens, temperature=0.0)
+        completion = await self.backend.complete(
+            [{"role": "user", "content": prompt}], None, max_tokens=self.max_tokens, temperature=0.0
+        )
         match = re.search(r"[ABC]", completion.text.upper())
         # An unreadable grade counts as incorrect: a judge failure must never pass an answer.
         return match.group(0) if match else "B"

@@ -112,18 +112,24 @@ def load_routerbench(data_dir: Path) -> ReplayData:
 def _score_columns(path: Path, columns: Sequence[str]) -> list[str]:
     models = [c for c in columns if f"{c}|model_response" in columns and f"{c}|total_cost" in columns]
     if not models or "prompt" not in columns or "sample_id" not in columns:
-        raise UserError(f"{path}: expected columns sample_id, prompt, eval_name and per model "
-                        "<model>, <model>|model_response, <model>|total_cost")
+        raise UserError(
+            f"{path}: expected columns sample_id, prompt, eval_name and per model "
+            "<model>, <model>|model_response, <model>|total_cost"
+        )
     return models
 
 
-def _parse_row(row: dict[str, str], split: str, models: list[str],
-               row_key: str) -> tuple[Task, dict[str, Recorded]] | None:
+def _parse_row(
+    row: dict[str, str], split: str, models: list[str], row_key: str
+) -> tuple[Task, dict[str, Recorded]] | None:
     if any(not row.get(model, "").strip() or not row.get(f"{model}|total_cost", "").strip() for model in models):
         return None
     task_records = {
-        model: Recorded(response=_unwrap(row[f"{model}|model_response"]), correct=float(row[model]) >= 0.5,
-                        cost_usd=float(row[f"{model}|total_cost"]))
+        model: Recorded(
+            response=_unwrap(row[f"{model}|model_response"]),
+            correct=float(row[model]) >= 0.5,
+            cost_usd=float(row[f"{model}|total_cost"]),
+        )
         for model in models
     }
     prompt = _unwrap(row["prompt"])
@@ -196,8 +202,13 @@ class RouterBenchEnv(ReplayEnv):
 
     def judge_text(self, task: Task, answer: str) -> Score:
         if task.subtask not in MULTIPLE_CHOICE:
-            return Score(correct=False, details={"method": "unjudgeable",
-                                                 "reason": "code answers are graded only by inheriting a recorded grade"})
+            return Score(
+                correct=False,
+                details={
+                    "method": "unjudgeable",
+                    "reason": "code answers are graded only by inheriting a recorded grade",
+                },
+            )
         letter = option_letter(answer, str(task.meta.get("options", "ABCDE")))
         correct = task.gold is not None and letter == task.gold
         return Score(correct=correct, details={"method": "letter", "extracted": letter, "gold": task.gold})
@@ -210,5 +221,7 @@ class RouterBenchEnv(ReplayEnv):
 
 def _mean_train_cost(data: ReplayData) -> dict[str, float]:
     tasks = data.tasks["train"] or data.tasks["test"]
-    return {model: sum(data.records[t.id][model].cost_usd or 0.0 for t in tasks) / max(len(tasks), 1)
-            for model in data.models}
+    return {
+        model: sum(data.records[t.id][model].cost_usd or 0.0 for t in tasks) / max(len(tasks), 1)
+        for model in data.models
+    }

@@ -77,10 +77,12 @@ def build_from_gguf(path: Path) -> Tokenizer:
     merges = [tuple(merge.split(" ", 1)) for merge in _string_array(reader, "tokenizer.ggml.merges")]
     vocab = {token: index for index, token in enumerate(tokens)}
     bpe = Tokenizer(models.BPE(vocab=vocab, merges=merges))
-    bpe.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Digits(individual_digits=True),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
-    ])
+    bpe.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        ]
+    )
     bpe.decoder = decoders.ByteLevel()
     return bpe
 

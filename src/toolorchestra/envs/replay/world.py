@@ -40,22 +40,38 @@ def model_specs(loaded: LoadedWorld, world: str, describe: Callable[[str], str])
             price, latency = entry.price(), entry.latency()
         else:
             price, latency = Price(per_call=float(f"{mean_cost[model]:.2g}")), LatencyPrior()
-        specs.append(ModelSpec(name=model, backend=ReplayBackendSpec(world=world, model=model), price=price,
-                               latency=latency, description=describe(model)))
+        specs.append(
+            ModelSpec(
+                name=model,
+                backend=ReplayBackendSpec(world=world, model=model),
+                price=price,
+                latency=latency,
+                description=describe(model),
+            )
+        )
     return specs
 
 
 def _mean_recorded_cost(data: ReplayData) -> dict[str, float]:
     tasks = data.tasks["train"] or data.tasks["test"]
-    return {model: sum(data.records[task.id][model].cost_usd or 0.0 for task in tasks) / max(len(tasks), 1)
-            for model in data.models}
+    return {
+        model: sum(data.records[task.id][model].cost_usd or 0.0 for task in tasks) / max(len(tasks), 1)
+        for model in data.models
+    }
 
 
 class LogWorldEnv(ReplayEnv):
     """A replay world loaded through the replay format (a directory, or an adapter such as FRAMES')."""
 
-    def __init__(self, loaded: LoadedWorld, name: str, world: str, *, labels: Mapping[str, str] | None = None,
-                 describe: Callable[[str], str] | None = None) -> None:
+    def __init__(
+        self,
+        loaded: LoadedWorld,
+        name: str,
+        world: str,
+        *,
+        labels: Mapping[str, str] | None = None,
+        describe: Callable[[str], str] | None = None,
+    ) -> None:
         self.name = name
         self.loaded = loaded
         specs = model_specs(loaded, world, describe or (lambda model: f"{model} (recorded answers)"))
@@ -63,14 +79,20 @@ class LogWorldEnv(ReplayEnv):
 
     def judge_text(self, task: Task, answer: str) -> Score:
         if not task.gold:
-            return Score(correct=False, details={"method": "unjudgeable",
-                                                 "reason": "no gold answer: only a recorded response is graded"})
+            return Score(
+                correct=False,
+                details={"method": "unjudgeable", "reason": "no gold answer: only a recorded response is graded"},
+            )
         if _is_letter(task.gold):
             letter = option_letter(answer, LETTERS)
-            return Score(correct=letter == task.gold.strip().upper(),
-                         details={"method": "letter", "extracted": letter, "gold": task.gold})
-        return Score(correct=normalized_match(answer, task.gold),
-                     details={"method": "normalized", "gold": task.gold, "extracted": final_answer_text(answer)[:200]})
+            return Score(
+                correct=letter == task.gold.strip().upper(),
+                details={"method": "letter", "extracted": letter, "gold": task.gold},
+            )
+        return Score(
+            correct=normalized_match(answer, task.gold),
+            details={"method": "normalized", "gold": task.gold, "extracted": final_answer_text(answer)[:200]},
+        )
 
     def answer_key(self, task: Task, text: str) -> str | None:
         if task.gold and _is_letter(task.gold):
@@ -89,8 +111,12 @@ class DirectoryWorldEnv(LogWorldEnv):
     def __init__(self, root: Path, name: str | None = None) -> None:
         root = root.expanduser().resolve()
         loaded = load_directory(root)
-        super().__init__(loaded, name or f"replay:{root}", str(root),
-                         describe=lambda model: f"{model} (recorded answers in {root.name})")
+        super().__init__(
+            loaded,
+            name or f"replay:{root}",
+            str(root),
+            describe=lambda model: f"{model} (recorded answers in {root.name})",
+        )
 
 
 def load_directory(root: Path) -> LoadedWorld:
@@ -128,10 +154,18 @@ def world_summary(env: LogWorldEnv) -> list[ModelSummary]:
         cost = sum(env.call_cost(task, model) for task in tasks)
         latency = sum(env.call_latency(task, model) for task in tasks)
         count = max(len(tasks), 1)
-        rows.append(ModelSummary(
-            model=model, answered=env.loaded.answered[model], questions=env.loaded.questions,
-            accuracy=sum(record.correct for record in records) / count, cost_usd=cost, cost_per_task_usd=cost / count,
-            latency_mean_s=latency / count, cost_source=_cost_source(env, model, records)))
+        rows.append(
+            ModelSummary(
+                model=model,
+                answered=env.loaded.answered[model],
+                questions=env.loaded.questions,
+                accuracy=sum(record.correct for record in records) / count,
+                cost_usd=cost,
+                cost_per_task_usd=cost / count,
+                latency_mean_s=latency / count,
+                cost_source=_cost_source(env, model, records),
+            )
+        )
     return rows
 
 
@@ -187,5 +221,6 @@ def _model_named(env: ReplayEnv, name: str) -> str:
     by_label = {env.label(model): model for model in env.models()}
     if name in by_label:
         return by_label[name]
-    raise UserError(f"--price-scale {name}=...: {env.name} has no model or label {name!r}; models: "
-                    f"{', '.join(env.models())}")
+    raise UserError(
+        f"--price-scale {name}=...: {env.name} has no model or label {name!r}; models: {', '.join(env.models())}"
+    )

@@ -47,7 +47,7 @@ def replay_dir(name: str) -> Path | None:
     """The directory of a `replay:DIR` name (not a named world), else None."""
     if name in WORLDS or not name.startswith(REPLAY_PREFIX):
         return None
-    rest = name[len(REPLAY_PREFIX):]
+    rest = name[len(REPLAY_PREFIX) :]
     return Path(rest) if rest and ("/" in rest or Path(rest).is_dir()) else None
 
 

@@ -19,8 +19,18 @@ from typing import Any
 
 from toolorchestra.errors import UserError
 
-DOMAINS = ("bank", "basketball", "ecommerce", "medicine", "movie", "railway", "restaurant", "school",
-           "travel", "weather")
+DOMAINS = (
+    "bank",
+    "basketball",
+    "ecommerce",
+    "medicine",
+    "movie",
+    "railway",
+    "restaurant",
+    "school",
+    "travel",
+    "weather",
+)
 KEY_SUFFIXES = ("_id", "_ref", "_key", "_number")
 SCALARS = (str, int, float, bool)
 MAX_LEAF_DEPTH = 2  # dotted paths like contact.email; deeper leaves are reachable through get_<record>
@@ -186,9 +196,14 @@ def infer_shape(name: str, records: dict[str, dict[str, Any]]) -> CollectionShap
         if isinstance(record.get("status"), str):
             statuses.add(record["status"])
     email_paths = sorted(p for p, t in leaf_types.items() if t == "string" and p.split(".")[-1].endswith("email"))
-    return CollectionShape(name=name, singular=singular_name(name, key_field), key_field=key_field,
-                           leaf_types=leaf_types, status_values=sorted(statuses) if len(statuses) > 1 else [],
-                           email_path=email_paths[0] if email_paths else None)
+    return CollectionShape(
+        name=name,
+        singular=singular_name(name, key_field),
+        key_field=key_field,
+        leaf_types=leaf_types,
+        status_values=sorted(statuses) if len(statuses) > 1 else [],
+        email_path=email_paths[0] if email_paths else None,
+    )
 
 
 def link_collections(base: dict[str, dict[str, dict[str, Any]]], shapes: dict[str, CollectionShape]) -> None:
@@ -234,5 +249,11 @@ def load_domain(data_dir: Path, name: str) -> Domain:
     policy = (folder / "policy.md").read_text(encoding="utf-8") if (folder / "policy.md").is_file() else ""
     top_level = {shape.singular for shape in shapes.values()}
     nested = {singular: shape for singular, shape in nested_shapes(base).items() if singular not in top_level}
-    return Domain(name=name, policy=policy, base=base, base_digest=hashlib.sha256(raw.encode()).hexdigest(),
-                  shapes=shapes, nested=nested)
+    return Domain(
+        name=name,
+        policy=policy,
+        base=base,
+        base_digest=hashlib.sha256(raw.encode()).hexdigest(),
+        shapes=shapes,
+        nested=nested,
+    )

@@ -28,9 +28,11 @@ if TYPE_CHECKING:
     from toolorchestra.agent.trajectory import Trajectory
 
 SPLITS = ("train", "test")
-ENV_RULES = ("Rules of this environment: authenticate the user by their email first; act only on the "
-             "authenticated user's own records and refuse requests about anyone else's; end with the answer "
-             "tool, stating the facts the user asked for.")
+ENV_RULES = (
+    "Rules of this environment: authenticate the user by their email first; act only on the "
+    "authenticated user's own records and refuse requests about anyone else's; end with the answer "
+    "tool, stating the facts the user asked for."
+)
 
 
 class FinalAnswerTool(Tool):
@@ -38,8 +40,12 @@ class FinalAnswerTool(Tool):
 
     name = "answer"
     description = "Reply to the user and end the conversation."
-    parameters: dict[str, Any] = {"type": "object", "properties": {"answer": {"type": "string"}},
-                                  "required": ["answer"], "additionalProperties": False}
+    parameters: dict[str, Any] = {
+        "type": "object",
+        "properties": {"answer": {"type": "string"}},
+        "required": ["answer"],
+        "additionalProperties": False,
+    }
 
     async def run(self, arguments: dict[str, Any], context: ToolContext) -> ToolResult:
         answer = arguments.get("answer") if isinstance(arguments, dict) else None
@@ -97,8 +103,10 @@ class ToolScaleEnv(Env):
             if tool is None:
                 continue
             result = tool.call(step.arguments or {})
-            if not result.error and any(isinstance(value, str) and (step.name, arg, value) in forbidden
-                                        for arg, value in (step.arguments or {}).items()):
+            if not result.error and any(
+                isinstance(value, str) and (step.name, arg, value) in forbidden
+                for arg, value in (step.arguments or {}).items()
+            ):
                 violations.append(step.name)
         database = next(iter(tools.values())).database
         db_match = database.digest() == task.meta["expected_hash"]
@@ -107,14 +115,23 @@ class ToolScaleEnv(Env):
         # The episode must end with a reply: without it an agent that never acts would pass every refusal.
         answered = trajectory.final_answer is not None
         correct = answered and db_match and not missing and not violations
-        return Score(correct=correct, details={"subtask": task.subtask, "family": task.meta["family"],
-                                               "answered": answered, "db_match": db_match,
-                                               "missing_facts": missing, "forbidden_taken": violations})
+        return Score(
+            correct=correct,
+            details={
+                "subtask": task.subtask,
+                "family": task.meta["family"],
+                "answered": answered,
+                "db_match": db_match,
+                "missing_facts": missing,
+                "forbidden_taken": violations,
+            },
+        )
 
 
 def _domain_env(domain: str) -> type[ToolScaleEnv]:
-    return type(f"ToolScale{domain.title()}Env", (ToolScaleEnv,), {"domain_names": (domain,),
-                                                                     "__doc__": f"toolscale:{domain}"})
+    return type(
+        f"ToolScale{domain.title()}Env", (ToolScaleEnv,), {"domain_names": (domain,), "__doc__": f"toolscale:{domain}"}
+    )
 
 
 DOMAIN_ENVS = {domain: _domain_env(domain) for domain in DOMAINS}

@@ -29,19 +29,9 @@ from typing import Any
 
 from toolorchestra.envs.base import Task
 from toolorchestra.envs.toolscale.actions import action_drafts, domain_specs
-from toolorchestra.envs.toolscale.data import (
-    CollectionShape,
-    Domain,
-    leaf_paths,
-    read_path,
-)
+from toolorchestra.envs.toolscale.data import CollectionShape, Domain, leaf_paths, read_path
 from toolorchestra.envs.toolscale.drafts import Draft, action, fact_text
-from toolorchestra.envs.toolscale.tools import (
-    DomainTool,
-    ToolSpec,
-    derive_tools,
-    key_argument,
-)
+from toolorchestra.envs.toolscale.tools import DomainTool, ToolSpec, derive_tools, key_argument
 
 BASE_FAMILIES = ("lookup", "single_write", "multi_write", "refusal", "error_first")
 ACTION_FAMILIES = ("action_write", "action_refusal")
@@ -74,7 +64,7 @@ def gold_answer(task: Task) -> str:
     facts = [str(fact) for fact in task.meta.get("required_facts") or []]
     paths = task.meta.get("fact_paths") or []
     if facts and len(paths) == len(facts):
-        return "; ".join(f"{path}: {fact}" for path, fact in zip(paths, facts))
+        return "; ".join(f"{path}: {fact}" for path, fact in zip(paths, facts, strict=True))
     if facts:
         return "Done. " + "; ".join(facts)
     return "Done." if task.meta.get("writes") else REFUSAL_ANSWER
@@ -124,8 +114,10 @@ class Generator:
         targets = []
         for shape in self.shapes.values():
             if shape.status_values and not shape.email_path:
-                targets += [(shape, key, record, self.owner_of(shape, key, record))
-                            for key, record in self.domain.base[shape.name].items()]
+                targets += [
+                    (shape, key, record, self.owner_of(shape, key, record))
+                    for key, record in self.domain.base[shape.name].items()
+                ]
         for shape in self.domain.nested.values():
             if not (shape.status_values and shape.parent and shape.parent_field):
                 continue
@@ -144,32 +136,55 @@ class Generator:
 
     # --- families ------------------------------------------------------------------------------
     def lookup_fields(self, shape: CollectionShape, record: dict[str, Any]) -> list[tuple[str, Any]]:
-        leaves = [(path, value) for path, value in leaf_paths(record).items()
-                  if path != shape.key_field and not isinstance(value, bool) and value not in ("", None)
-                  and len(fact_text(value)) <= MAX_FACT_CHARS]
+        leaves = [
+            (path, value)
+            for path, value in leaf_paths(record).items()
+            if path != shape.key_field
+            and not isinstance(value, bool)
+            and value not in ("", None)
+            and len(fact_text(value)) <= MAX_FACT_CHARS
+        ]
         return self.rng.sample(leaves, min(LOOKUPS_PER_RECORD, len(leaves)))
 
     def lookups(self, shape: CollectionShape, key: str, record: dict[str, Any]) -> list[Draft]:
         arg = key_argument(shape)
-        return [Draft("lookup", self.owner_of(shape, key, record),
-                      f"What is the {humanize(path)} of {shape.singular} {key}? ({arg} {key})",
-                      [action(f"get_{shape.singular}", **{arg: key})], [fact_text(value)], [path])
-                for path, value in self.lookup_fields(shape, record)]
+        return [
+            Draft(
+                "lookup",
+                self.owner_of(shape, key, record),
+                f"What is the {humanize(path)} of {shape.singular} {key}? ({arg} {key})",
+                [action(f"get_{shape.singular}", **{arg: key})],
+                [fact_text(value)],
+                [path],
+            )
+            for path, value in self.lookup_fields(shape, record)
+        ]
 
-    def single_writes(self, shape: CollectionShape, key: str, record: dict[str, Any],
-                      owner: str | None = None) -> list[Draft]:
+    def single_writes(
+        self, shape: CollectionShape, key: str, record: dict[str, Any], owner: str | None = None
+    ) -> list[Draft]:
         arg, drafts = key_argument(shape), []
         owner = owner or self.owner_of(shape, key, record)
         if shape.status_values:
             status = self.other_status(shape, record)
-            drafts.append(Draft("single_write", owner,
-                                f"Please set the status of {shape.singular} {key} to '{status}'.",
-                                [action(f"set_{shape.singular}_status", **{arg: key, "status": status})]))
+            drafts.append(
+                Draft(
+                    "single_write",
+                    owner,
+                    f"Please set the status of {shape.singular} {key} to '{status}'.",
+                    [action(f"set_{shape.singular}_status", **{arg: key, "status": status})],
+                )
+            )
         if shape.email_path and (email := self.unique_email(shape, key)):
             new = self.new_email(email)
-            drafts.append(Draft("single_write", owner, f"Please change the email of {shape.singular} {key} "
-                                f"from {email} to {new}.",
-                                [action(f"update_{shape.singular}_email", **{arg: key, "email": new})]))
+            drafts.append(
+                Draft(
+                    "single_write",
+                    owner,
+                    f"Please change the email of {shape.singular} {key} from {email} to {new}.",
+                    [action(f"update_{shape.singular}_email", **{arg: key, "email": new})],
+                )
+            )
         return drafts
 
     def person_tasks(self, shape: CollectionShape, key: str, record: dict[str, Any]) -> list[Draft]:
@@ -184,24 +199,51 @@ class Generator:
         if owned:
             other_shape, other_key, other_record = self.rng.choice(owned)
             status = self.other_status(other_shape, other_record)
-            drafts.append(Draft("multi_write", owner, f"Hi, my email is {email}. Please set the status of my "
-                                f"{other_shape.singular} {other_key} to '{status}', then change my email to {new_email}.",
-                                [authenticate, action(f"set_{other_shape.singular}_status",
-                                                      **{key_argument(other_shape): other_key, "status": status}),
-                                 action(f"update_{shape.singular}_email", **{arg: key, "email": new_email})]))
+            drafts.append(
+                Draft(
+                    "multi_write",
+                    owner,
+                    f"Hi, my email is {email}. Please set the status of my "
+                    f"{other_shape.singular} {other_key} to '{status}', then change my email to {new_email}.",
+                    [
+                        authenticate,
+                        action(
+                            f"set_{other_shape.singular}_status",
+                            **{key_argument(other_shape): other_key, "status": status},
+                        ),
+                        action(f"update_{shape.singular}_email", **{arg: key, "email": new_email}),
+                    ],
+                )
+            )
         else:
-            drafts.append(Draft("multi_write", owner, f"Hi, my email is {email}. Please change my email to {new_email}.",
-                                [authenticate, action(f"update_{shape.singular}_email", **{arg: key, "email": new_email})]))
+            drafts.append(
+                Draft(
+                    "multi_write",
+                    owner,
+                    f"Hi, my email is {email}. Please change my email to {new_email}.",
+                    [authenticate, action(f"update_{shape.singular}_email", **{arg: key, "email": new_email})],
+                )
+            )
         drafts += self.refusals(shape, key, email, authenticate)
         fields = self.lookup_fields(shape, record)[:1]
         for path, value in fields:
             wrong = key[::-1] + "X"  # never an existing id: ids have no trailing X after reversal here
             if self.domain.base[shape.name].get(wrong) is None:
-                drafts.append(Draft("error_first", owner, f"I think my {arg} is {wrong}; my email is {email}. "
-                                    f"What is my {humanize(path)}?",
-                                    [action(f"get_{shape.singular}", **{arg: wrong}), authenticate,
-                                     action(f"get_{shape.singular}", **{arg: key})], [fact_text(value)],
-                                    [path], error_first=True))
+                drafts.append(
+                    Draft(
+                        "error_first",
+                        owner,
+                        f"I think my {arg} is {wrong}; my email is {email}. What is my {humanize(path)}?",
+                        [
+                            action(f"get_{shape.singular}", **{arg: wrong}),
+                            authenticate,
+                            action(f"get_{shape.singular}", **{arg: key}),
+                        ],
+                        [fact_text(value)],
+                        [path],
+                        error_first=True,
+                    )
+                )
         return drafts
 
     def refusals(self, shape: CollectionShape, key: str, email: str, authenticate: dict[str, Any]) -> list[Draft]:
@@ -215,34 +257,48 @@ class Generator:
             return self.email_refusals(shape, key, email, authenticate)
         status = self.other_status(target_shape, target_record)
         arg = key_argument(target_shape)
-        forbidden = [{"name": spec.name, "argument": arg, "value": target_key}
-                     for spec in self.specs.values() if spec.writes and spec.collection == target_shape.name
-                     and spec.key_argument == arg]
-        return [Draft("refusal", owner, f"Hi, my email is {email}. Please set the status of {target_shape.singular} "
-                      f"{target_key} to '{status}'.",
-                      [authenticate, self.ownership_check(shape, key, target_shape, target_key)],
-                      forbidden=forbidden)]
+        forbidden = [
+            {"name": spec.name, "argument": arg, "value": target_key}
+            for spec in self.specs.values()
+            if spec.writes and spec.collection == target_shape.name and spec.key_argument == arg
+        ]
+        return [
+            Draft(
+                "refusal",
+                owner,
+                f"Hi, my email is {email}. Please set the status of {target_shape.singular} "
+                f"{target_key} to '{status}'.",
+                [authenticate, self.ownership_check(shape, key, target_shape, target_key)],
+                forbidden=forbidden,
+            )
+        ]
 
-    def ownership_check(self, user_shape: CollectionShape, user_key: str, target_shape: CollectionShape,
-                        target_key: str) -> dict[str, Any]:
+    def ownership_check(
+        self, user_shape: CollectionShape, user_key: str, target_shape: CollectionShape, target_key: str
+    ) -> dict[str, Any]:
         """The read that shows the target is not the user's: the user's own record when the target is
         nested in it (get_card shows no owner), else the target itself (it names its owner)."""
         if target_shape.parent:
             return action(f"get_{user_shape.singular}", **{key_argument(user_shape): user_key})
         return action(f"get_{target_shape.singular}", **{key_argument(target_shape): target_key})
 
-    def email_refusals(self, shape: CollectionShape, key: str, email: str,
-                       authenticate: dict[str, Any]) -> list[Draft]:
+    def email_refusals(self, shape: CollectionShape, key: str, email: str, authenticate: dict[str, Any]) -> list[Draft]:
         """Where no owned status exists: the user asks to change another user's email."""
         others = [other for other in self.domain.base[shape.name] if other != key]
         if not others:
             return []
         target = self.rng.choice(others)
         name, arg = f"update_{shape.singular}_email", key_argument(shape)
-        return [Draft("refusal", f"{shape.name}/{key}", f"Hi, my email is {email}. Please change the email of "
-                      f"{shape.singular} {target} to {self.new_email(email)}.",
-                      [authenticate, action(f"get_{shape.singular}", **{arg: target})],
-                      forbidden=[{"name": name, "argument": arg, "value": target}])]
+        return [
+            Draft(
+                "refusal",
+                f"{shape.name}/{key}",
+                f"Hi, my email is {email}. Please change the email of "
+                f"{shape.singular} {target} to {self.new_email(email)}.",
+                [authenticate, action(f"get_{shape.singular}", **{arg: target})],
+                forbidden=[{"name": name, "argument": arg, "value": target}],
+            )
+        ]
 
     def drafts(self) -> list[Draft]:
         drafts: list[Draft] = []
@@ -253,8 +309,12 @@ class Generator:
                 if shape.email_path:
                     drafts += self.person_tasks(shape, key, record)
         for shape in self.domain.nested.values():  # nested records: status writes (freeze_card, ...)
-            drafts += [draft for target_shape, key, record, owner in self.status_targets if target_shape is shape
-                       for draft in self.single_writes(shape, key, record, owner)]
+            drafts += [
+                draft
+                for target_shape, key, record, owner in self.status_targets
+                if target_shape is shape
+                for draft in self.single_writes(shape, key, record, owner)
+            ]
         return drafts
 
 
@@ -277,7 +337,7 @@ def execute(domain: Domain, actions: list[dict[str, Any]]) -> tuple[list[Any], s
 def verify(domain: Domain, draft: Draft) -> str | None:
     """The expected hash if the gold actions behave as the family demands, else None (dropped)."""
     results, digest = execute(domain, draft.actions + draft.refused)
-    results, refused = results[:len(draft.actions)], results[len(draft.actions):]
+    results, refused = results[: len(draft.actions)], results[len(draft.actions) :]
     if not all(result is not None and result.error for result in refused):
         return None
     for index, result in enumerate(results):
@@ -307,12 +367,24 @@ def generate_tasks(domain: Domain, seed: int = 0) -> list[Task]:
         if expected is None:
             continue
         number = counters[draft.family] = counters.get(draft.family, 0) + 1
-        tasks.append(Task(
-            id=f"{domain.name}-{draft.family}-{number:04d}", split=split_of(domain.name, draft.owner),
-            prompt=draft.prompt, subtask=f"{domain.name}/{draft.family}",
-            meta={"domain": domain.name, "family": draft.family, "owner": draft.owner,
-                  "gold_actions": draft.actions, "expected_hash": expected, "required_facts": draft.facts,
-                  "forbidden_actions": draft.forbidden, "writes": draft.family in WRITE_FAMILIES}))
+        tasks.append(
+            Task(
+                id=f"{domain.name}-{draft.family}-{number:04d}",
+                split=split_of(domain.name, draft.owner),
+                prompt=draft.prompt,
+                subtask=f"{domain.name}/{draft.family}",
+                meta={
+                    "domain": domain.name,
+                    "family": draft.family,
+                    "owner": draft.owner,
+                    "gold_actions": draft.actions,
+                    "expected_hash": expected,
+                    "required_facts": draft.facts,
+                    "forbidden_actions": draft.forbidden,
+                    "writes": draft.family in WRITE_FAMILIES,
+                },
+            )
+        )
         if draft.fact_paths:
             tasks[-1].meta["fact_paths"] = draft.fact_paths
         if draft.refused:  # the forbidden request itself, shown to fail by the verification

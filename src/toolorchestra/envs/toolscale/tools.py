@@ -27,13 +27,7 @@ from typing import Any
 
 import jsonschema
 
-from toolorchestra.envs.toolscale.data import (
-    CollectionShape,
-    Database,
-    Domain,
-    leaf_paths,
-    read_path,
-)
+from toolorchestra.envs.toolscale.data import CollectionShape, Database, leaf_paths, read_path
 from toolorchestra.tools.base import Tool, ToolContext, ToolResult
 
 HOLD_STATUSES = ("frozen", "blocked", "suspended", "on-hold")
@@ -127,24 +121,37 @@ def require_record(database: Database, shape: CollectionShape, arguments: dict[s
 
 
 def id_schema(shape: CollectionShape, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    properties = {key_argument(shape): {"type": "string", "minLength": 1,
-                                        "description": f"the {shape.singular}'s {key_argument(shape)}"}}
+    properties = {
+        key_argument(shape): {
+            "type": "string",
+            "minLength": 1,
+            "description": f"the {shape.singular}'s {key_argument(shape)}",
+        }
+    }
     properties.update(extra or {})
-    return {"type": "object", "properties": properties, "required": list(properties),
-            "additionalProperties": False}
+    return {"type": "object", "properties": properties, "required": list(properties), "additionalProperties": False}
 
 
 def get_tool(shape: CollectionShape) -> ToolSpec:
     def handler(database: Database, arguments: dict[str, Any]) -> Any:
         return require_record(database, shape, arguments)[1]
 
-    return ToolSpec(f"get_{shape.singular}", f"Get the full {shape.singular} record by its {key_argument(shape)}.",
-                    id_schema(shape), handler, collection=shape.name, key_argument=key_argument(shape))
+    return ToolSpec(
+        f"get_{shape.singular}",
+        f"Get the full {shape.singular} record by its {key_argument(shape)}.",
+        id_schema(shape),
+        handler,
+        collection=shape.name,
+        key_argument=key_argument(shape),
+    )
 
 
 def matching_keys(database: Database, shape: CollectionShape, filters: dict[str, Any]) -> list[str]:
-    return [key for key, record in database.records(shape.name)
-            if all(read_path(record, path) == value for path, value in filters.items())]
+    return [
+        key
+        for key, record in database.records(shape.name)
+        if all(read_path(record, path) == value for path, value in filters.items())
+    ]
 
 
 def list_tool(shape: CollectionShape) -> ToolSpec:
@@ -159,12 +166,25 @@ def list_tool(shape: CollectionShape) -> ToolSpec:
         limit = arguments.get("limit", 20)
         return {"count": len(keys), key_argument(shape) + "s": keys[:limit]}
 
-    parameters = {"type": "object", "additionalProperties": False, "properties": {
-        "filters": {"type": "object", "description": f"dotted field -> exact value; fields: {', '.join(leaves)}",
-                    "additionalProperties": {"type": ["string", "number", "boolean"]}},
-        "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIST}}}
-    return ToolSpec(f"list_{shape.name}", f"List {shape.name} ids whose fields equal the filters.",
-                    parameters, handler, collection=shape.name)
+    parameters = {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "filters": {
+                "type": "object",
+                "description": f"dotted field -> exact value; fields: {', '.join(leaves)}",
+                "additionalProperties": {"type": ["string", "number", "boolean"]},
+            },
+            "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIST},
+        },
+    }
+    return ToolSpec(
+        f"list_{shape.name}",
+        f"List {shape.name} ids whose fields equal the filters.",
+        parameters,
+        handler,
+        collection=shape.name,
+    )
 
 
 def find_by_tool(shape: CollectionShape, path: str) -> ToolSpec:
@@ -174,10 +194,19 @@ def find_by_tool(shape: CollectionShape, path: str) -> ToolSpec:
         keys = matching_keys(database, shape, {path: arguments["value"]})
         return {"count": len(keys), key_argument(shape) + "s": keys[:MAX_LIST]}
 
-    parameters = {"type": "object", "additionalProperties": False, "required": ["value"],
-                  "properties": {"value": {"type": shape.leaf_types[path], "description": f"the exact {path}"}}}
-    return ToolSpec(f"find_{shape.name}_by_{field_name}", f"Find {shape.name} ids whose {path} equals value.",
-                    parameters, handler, collection=shape.name)
+    parameters = {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["value"],
+        "properties": {"value": {"type": shape.leaf_types[path], "description": f"the exact {path}"}},
+    }
+    return ToolSpec(
+        f"find_{shape.name}_by_{field_name}",
+        f"Find {shape.name} ids whose {path} equals value.",
+        parameters,
+        handler,
+        collection=shape.name,
+    )
 
 
 def find_id_by_email_tool(shape: CollectionShape) -> ToolSpec:
@@ -186,18 +215,30 @@ def find_id_by_email_tool(shape: CollectionShape) -> ToolSpec:
 
     def handler(database: Database, arguments: dict[str, Any]) -> Any:
         wanted = arguments["email"].strip().lower()
-        keys = [key for key, record in database.records(shape.name)
-                if str(read_path(record, email_path) or "").lower() == wanted]
+        keys = [
+            key
+            for key, record in database.records(shape.name)
+            if str(read_path(record, email_path) or "").lower() == wanted
+        ]
         if not keys:
             raise ToolFailure(f"no {shape.singular} with email {arguments['email']!r}")
         if len(keys) > 1:  # shared emails exist in the data: say so rather than pick one silently
             return {key_argument(shape) + "s": keys[:MAX_LIST], "note": "several records share this email"}
         return {key_argument(shape): keys[0]}
 
-    parameters = {"type": "object", "additionalProperties": False, "required": ["email"],
-                  "properties": {"email": {"type": "string", "minLength": 3, "description": "the email on file"}}}
-    return ToolSpec(f"find_{shape.singular}_id_by_email", f"Find the {key_argument(shape)} of the {shape.singular} "
-                    "with this email (authentication).", parameters, handler, collection=shape.name)
+    parameters = {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["email"],
+        "properties": {"email": {"type": "string", "minLength": 3, "description": "the email on file"}},
+    }
+    return ToolSpec(
+        f"find_{shape.singular}_id_by_email",
+        f"Find the {key_argument(shape)} of the {shape.singular} with this email (authentication).",
+        parameters,
+        handler,
+        collection=shape.name,
+    )
 
 
 def set_status_tool(shape: CollectionShape, name: str, fixed: str | None = None) -> ToolSpec:
@@ -207,13 +248,23 @@ def set_status_tool(shape: CollectionShape, name: str, fixed: str | None = None)
         where = locate(database, shape, arguments)
         new_status = fixed or arguments["status"]
         database.update(where.collection, where.top_key, [*where.prefix, "status"], new_status)
-        return {key_argument(shape): arguments[key_argument(shape)], "old_status": where.record.get("status"),
-                "status": new_status}
+        return {
+            key_argument(shape): arguments[key_argument(shape)],
+            "old_status": where.record.get("status"),
+            "status": new_status,
+        }
 
     extra = {} if fixed else {"status": {"type": "string", "enum": shape.status_values}}
     what = f"Set the {shape.singular}'s status to {fixed!r}." if fixed else f"Set the {shape.singular}'s status."
-    return ToolSpec(name, f"WRITE. {what}", id_schema(shape, extra), handler, writes=True,
-                    collection=shape.name, key_argument=key_argument(shape))
+    return ToolSpec(
+        name,
+        f"WRITE. {what}",
+        id_schema(shape, extra),
+        handler,
+        writes=True,
+        collection=shape.name,
+        key_argument=key_argument(shape),
+    )
 
 
 def update_email_tool(shape: CollectionShape) -> ToolSpec:
@@ -230,9 +281,15 @@ def update_email_tool(shape: CollectionShape) -> ToolSpec:
         return {key_argument(shape): key, "old_email": read_path(record, email_path), "email": new_email}
 
     extra = {"email": {"type": "string", "minLength": 3, "description": "the new email"}}
-    return ToolSpec(f"update_{shape.singular}_email", f"WRITE. Change the {shape.singular}'s email ({email_path}).",
-                    id_schema(shape, extra), handler, writes=True, collection=shape.name,
-                    key_argument=key_argument(shape))
+    return ToolSpec(
+        f"update_{shape.singular}_email",
+        f"WRITE. Change the {shape.singular}'s email ({email_path}).",
+        id_schema(shape, extra),
+        handler,
+        writes=True,
+        collection=shape.name,
+        key_argument=key_argument(shape),
+    )
 
 
 def status_actions(shape: CollectionShape) -> list[ToolSpec]:
@@ -256,8 +313,9 @@ def finder_paths(shape: CollectionShape) -> list[str]:
     return sorted(paths)
 
 
-def derive_tools(shapes: dict[str, CollectionShape],
-                 nested: dict[str, CollectionShape] | None = None) -> list[ToolSpec]:
+def derive_tools(
+    shapes: dict[str, CollectionShape], nested: dict[str, CollectionShape] | None = None
+) -> list[ToolSpec]:
     """Tools of the top-level collections, then get and status actions of nested records (bank cards)."""
     specs: list[ToolSpec] = []
     for shape in (nested or {}).values():
@@ -273,9 +331,12 @@ def derive_tools(shapes: dict[str, CollectionShape],
 
 def object_schema(required: dict[str, Any], optional: dict[str, Any] | None = None) -> dict[str, Any]:
     """A strict JSON schema for an action's arguments."""
-    return {"type": "object", "properties": {**required, **(optional or {})}, "required": list(required),
-            "additionalProperties": False}
+    return {
+        "type": "object",
+        "properties": {**required, **(optional or {})},
+        "required": list(required),
+        "additionalProperties": False,
+    }
 
 
-__all__ = ["DomainTool", "ToolFailure", "ToolSpec", "derive_tools", "key_argument", "leaf_paths",
-           "object_schema"]
+__all__ = ["DomainTool", "ToolFailure", "ToolSpec", "derive_tools", "key_argument", "leaf_paths", "object_schema"]

@@ -45,13 +45,7 @@ from toolorchestra.tools.llm import LLMTool
 require_tau2()
 
 from tau2.agent.base import LocalAgent, ValidAgentInputMessage  # noqa: E402
-from tau2.data_model.message import (  # noqa: E402
-    AssistantMessage,
-    MultiToolMessage,
-    SystemMessage,
-    ToolMessage,
-    UserMessage,
-)
+from tau2.data_model.message import AssistantMessage, MultiToolMessage, SystemMessage, ToolMessage, UserMessage  # noqa: E402
 from tau2.data_model.message import ToolCall as Tau2ToolCall  # noqa: E402
 from tau2.environment.tool import Tool as Tau2Tool  # noqa: E402
 from tau2.registry import registry  # noqa: E402
@@ -74,9 +68,7 @@ EXPERT_ROLE = (
     "You are an expert customer service agent advising a colleague. Follow the policy below. Propose the single "
     "next step of the conversation: one tool call, or one message to the user."
 )
-NOTHING_USABLE = (
-    f"No usable action found. Call a domain tool, call {CALL_EXPERT}, or send the user a message."
-)
+NOTHING_USABLE = f"No usable action found. Call a domain tool, call {CALL_EXPERT}, or send the user a message."
 FALLBACK_MESSAGE = "Sorry, I could not work out the next step. Could you please repeat your request?"
 """Sent to the user when the orchestrator used all its model calls for one message without deciding."""
 
@@ -100,15 +92,16 @@ def openai_messages(message: Any) -> list[Message]:
     if isinstance(message, (AssistantMessage, UserMessage)):
         converted: Message = {"role": message.role, "content": message.content or ""}
         if message.tool_calls:
-            converted["tool_calls"] = [ToolCall(id=call.id, name=call.name, arguments=call.arguments).to_openai()
-                                       for call in message.tool_calls]
+            converted["tool_calls"] = [
+                ToolCall(id=call.id, name=call.name, arguments=call.arguments).to_openai()
+                for call in message.tool_calls
+            ]
         return [converted]
     raise TypeError(f"not a tau2 message: {type(message).__name__}")
 
 
 def tau2_tool_calls(calls: list[ToolCall]) -> list[Tau2ToolCall]:
-    return [Tau2ToolCall(id=call.id, name=call.name, arguments=call.arguments, requestor="assistant")
-            for call in calls]
+    return [Tau2ToolCall(id=call.id, name=call.name, arguments=call.arguments, requestor="assistant") for call in calls]
 
 
 def writes_text_with_tools(spec: ModelSpec) -> bool:
@@ -119,13 +112,24 @@ def writes_text_with_tools(spec: ModelSpec) -> bool:
 
 
 def respond_schema() -> dict[str, Any]:
-    return {"type": "function", "function": {
-        "name": RESPOND,
-        "description": "Send a message to the user (the customer): ask for details, confirm, or answer.",
-        "parameters": {"type": "object", "properties": {
-            "message": {"type": "string", "minLength": 1, "description": "the message, as the user will read it"}},
-            "required": ["message"]},
-    }}
+    return {
+        "type": "function",
+        "function": {
+            "name": RESPOND,
+            "description": "Send a message to the user (the customer): ask for details, confirm, or answer.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "message": {
+                        "type": "string",
+                        "minLength": 1,
+                        "description": "the message, as the user will read it",
+                    }
+                },
+                "required": ["message"],
+            },
+        },
+    }
 
 
 # ---- the experts ---------------------------------------------------------------------------------------
@@ -137,13 +141,31 @@ class CallExpertTool(LLMTool):
     `run` takes the conversation (as the user and the environment saw it) in `context.messages`; the result's
     output is the proposal in words, which the orchestrator reads as the tool result."""
 
-    def __init__(self, labels: dict[str, str], pool: ModelPool, domain_policy: str,
-                 domain_tools: list[dict[str, Any]], *, max_tokens: int = 256, temperature: float = 0.0) -> None:
-        super().__init__(CALL_EXPERT, "Ask an expert model to propose the next step (a tool call or a message to "
-                         "the user); its proposal comes back as the result.", labels, pool, max_tokens)
-        self.parameters = {"type": "object", "properties": {
-            "expert": {"type": "string", "enum": list(labels), "description": "which expert (see the price table)"}},
-            "required": ["expert"]}
+    def __init__(
+        self,
+        labels: dict[str, str],
+        pool: ModelPool,
+        domain_policy: str,
+        domain_tools: list[dict[str, Any]],
+        *,
+        max_tokens: int = 256,
+        temperature: float = 0.0,
+    ) -> None:
+        super().__init__(
+            CALL_EXPERT,
+            "Ask an expert model to propose the next step (a tool call or a message to "
+            "the user); its proposal comes back as the result.",
+            labels,
+            pool,
+            max_tokens,
+        )
+        self.parameters = {
+            "type": "object",
+            "properties": {
+                "expert": {"type": "string", "enum": list(labels), "description": "which expert (see the price table)"}
+            },
+            "required": ["expert"],
+        }
         self.system = f"{EXPERT_ROLE}\n\n<policy>\n{domain_policy}\n</policy>"
         self.domain_tools = domain_tools
         self.temperature = temperature
@@ -161,13 +183,20 @@ class CallExpertTool(LLMTool):
         model = self.labels[label]
         messages = [{"role": "system", "content": self.system}, *context.messages]
         try:
-            completion, cost = await self.pool.complete(model, messages, self.tools_for(model),
-                                                        max_tokens=self.max_tokens, temperature=self.temperature)
+            completion, cost = await self.pool.complete(
+                model, messages, self.tools_for(model), max_tokens=self.max_tokens, temperature=self.temperature
+            )
         except Exception as exc:  # a failed expert is an observation for the orchestrator, not a crash
             return ToolResult(error=f"expert {label} ({model}) failed: {exc}", model=model, label=label)
-        return ToolResult(output=proposal_text(completion), model=model, label=label, cost_usd=cost,
-                          latency_s=completion.latency_s, prompt_tokens=completion.usage.prompt_tokens,
-                          completion_tokens=completion.usage.completion_tokens)
+        return ToolResult(
+            output=proposal_text(completion),
+            model=model,
+            label=label,
+            cost_usd=cost,
+            latency_s=completion.latency_s,
+            prompt_tokens=completion.usage.prompt_tokens,
+            completion_tokens=completion.usage.completion_tokens,
+        )
 
 
 def proposal_text(completion: Completion) -> str:
@@ -225,16 +254,30 @@ class OrchestratorAgent(LocalAgent[OrchestratorAgentState]):
     `steps` collects every orchestrator turn, expert consultation and domain tool call of the simulation, in
     order; `latency_s` their wall time (per orchestrator turn, its own time plus the slowest expert)."""
 
-    def __init__(self, tools: list[Tau2Tool], domain_policy: str, *, pool: ModelPool, settings: AgentSettings,
-                 task_id: str = "", runner: Runner | None = None) -> None:
+    def __init__(
+        self,
+        tools: list[Tau2Tool],
+        domain_policy: str,
+        *,
+        pool: ModelPool,
+        settings: AgentSettings,
+        task_id: str = "",
+        runner: Runner | None = None,
+    ) -> None:
         super().__init__(tools=tools, domain_policy=domain_policy)
         self.pool = pool
         self.settings = settings
         self.run_coroutine: Runner = runner or asyncio.run
         self.domain_tools = [tool.openai_schema for tool in tools]
         self._check_names()
-        self.expert = CallExpertTool(settings.experts, pool, domain_policy, self.domain_tools,
-                                     max_tokens=settings.max_tokens, temperature=settings.temperature)
+        self.expert = CallExpertTool(
+            settings.experts,
+            pool,
+            domain_policy,
+            self.domain_tools,
+            max_tokens=settings.max_tokens,
+            temperature=settings.temperature,
+        )
         self.offers_respond = not writes_text_with_tools(pool.spec(settings.model))
         # Its own tools first, then the domain's (in tau2's order).
         self.offered = [self.expert.schema(), *([respond_schema()] if self.offers_respond else []), *self.domain_tools]
@@ -249,8 +292,10 @@ class OrchestratorAgent(LocalAgent[OrchestratorAgentState]):
     def _check_names(self) -> None:
         clash = {CALL_EXPERT, RESPOND} & {tool["function"]["name"] for tool in self.domain_tools}
         if clash:
-            raise UserError(f"the domain has a tool named {', '.join(sorted(clash))}, which the orchestrator agent "
-                            "uses for its own calls")
+            raise UserError(
+                f"the domain has a tool named {', '.join(sorted(clash))}, which the orchestrator agent "
+                "uses for its own calls"
+            )
 
     def _system_prompt(self, task_id: str) -> str:
         parts = [ROLE]
@@ -270,8 +315,9 @@ class OrchestratorAgent(LocalAgent[OrchestratorAgentState]):
             self._used_call_ids.update(call.id for call in getattr(message, "tool_calls", None) or [])
         return OrchestratorAgentState(conversation=list(history), context=list(history))
 
-    def generate_next_message(self, message: ValidAgentInputMessage,
-                              state: OrchestratorAgentState) -> tuple[AssistantMessage, OrchestratorAgentState]:
+    def generate_next_message(
+        self, message: ValidAgentInputMessage, state: OrchestratorAgentState
+    ) -> tuple[AssistantMessage, OrchestratorAgentState]:
         incoming = openai_messages(message)
         self._note_tool_results(message)
         state.conversation.extend(incoming)
@@ -350,9 +396,17 @@ class OrchestratorAgent(LocalAgent[OrchestratorAgentState]):
         usage = completion.usage
         self._turns += 1
         return Step.model_construct(
-            turn=self._turns - 1, kind="orchestrator", name=self.settings.model, model=self.settings.model,
-            output=completion.text, prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens,
-            cost_usd=cost, latency_s=completion.latency_s, error="; ".join(completion.call_errors) or None)
+            turn=self._turns - 1,
+            kind="orchestrator",
+            name=self.settings.model,
+            model=self.settings.model,
+            output=completion.text,
+            prompt_tokens=usage.prompt_tokens,
+            completion_tokens=usage.completion_tokens,
+            cost_usd=cost,
+            latency_s=completion.latency_s,
+            error="; ".join(completion.call_errors) or None,
+        )
 
     def _tool_call_message(self, calls: list[ToolCall], steps: list[Step]) -> AssistantMessage:
         calls = [self._unique_id(call) for call in calls]
@@ -360,8 +414,7 @@ class OrchestratorAgent(LocalAgent[OrchestratorAgentState]):
             step = Step.model_construct(turn=steps[-1].turn, kind="tool", name=call.name, arguments=call.arguments)
             self._awaiting[call.id] = step
             steps.append(step)
-        return AssistantMessage(role="assistant", content=None, tool_calls=tau2_tool_calls(calls),
-                                **_accounting(steps))
+        return AssistantMessage(role="assistant", content=None, tool_calls=tau2_tool_calls(calls), **_accounting(steps))
 
     def _text_message(self, text: str, steps: list[Step]) -> AssistantMessage:
         return AssistantMessage(role="assistant", content=text, **_accounting(steps))
@@ -402,14 +455,20 @@ def _accounting(steps: list[Step]) -> dict[str, Any]:
     experts = [step for step in steps if step.name == CALL_EXPERT]
 
     def total(group: list[Step]) -> dict[str, Any]:
-        return {"calls": len(group), "prompt_tokens": sum(step.prompt_tokens for step in group),
-                "completion_tokens": sum(step.completion_tokens for step in group),
-                "cost_usd": sum(step.cost_usd for step in group), "latency_s": sum(step.latency_s for step in group)}
+        return {
+            "calls": len(group),
+            "prompt_tokens": sum(step.prompt_tokens for step in group),
+            "completion_tokens": sum(step.completion_tokens for step in group),
+            "cost_usd": sum(step.cost_usd for step in group),
+            "latency_s": sum(step.latency_s for step in group),
+        }
 
     both = total(orchestrator + experts)
-    return {"cost": both["cost_usd"],
-            "usage": {"prompt_tokens": both["prompt_tokens"], "completion_tokens": both["completion_tokens"]},
-            "raw_data": {"toolorchestra": {"orchestrator": total(orchestrator), "experts": total(experts)}}}
+    return {
+        "cost": both["cost_usd"],
+        "usage": {"prompt_tokens": both["prompt_tokens"], "completion_tokens": both["completion_tokens"]},
+        "raw_data": {"toolorchestra": {"orchestrator": total(orchestrator), "experts": total(experts)}},
+    }
 
 
 def register_agent() -> None:

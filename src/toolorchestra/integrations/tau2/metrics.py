@@ -29,17 +29,23 @@ def pass_hat_k(successes_per_task: Mapping[str, Sequence[bool]]) -> dict[int, fl
     if not successes_per_task:
         return {}
     max_k = min(len(trials) for trials in successes_per_task.values())
-    return {k: sum(comb(sum(trials), k) / comb(len(trials), k) for trials in successes_per_task.values())
-            / len(successes_per_task) for k in range(1, max_k + 1)}
+    return {
+        k: sum(comb(sum(trials), k) / comb(len(trials), k) for trials in successes_per_task.values())
+        / len(successes_per_task)
+        for k in range(1, max_k + 1)
+    }
 
 
 def group_totals(steps: Iterable[Step]) -> dict[str, Any]:
     """Calls, tokens, dollars and summed seconds of a group of model calls."""
     steps = list(steps)
-    return {"calls": len(steps), "prompt_tokens": sum(step.prompt_tokens for step in steps),
-            "completion_tokens": sum(step.completion_tokens for step in steps),
-            "cost_usd": float(sum(step.cost_usd for step in steps)),
-            "latency_s": float(sum(step.latency_s for step in steps))}
+    return {
+        "calls": len(steps),
+        "prompt_tokens": sum(step.prompt_tokens for step in steps),
+        "completion_tokens": sum(step.completion_tokens for step in steps),
+        "cost_usd": float(sum(step.cost_usd for step in steps)),
+        "latency_s": float(sum(step.latency_s for step in steps)),
+    }
 
 
 def user_totals(trajectories: Sequence[Trajectory]) -> dict[str, Any]:
@@ -59,12 +65,18 @@ def cost_groups(trajectories: Sequence[Trajectory]) -> dict[str, Any]:
     """The three cost groups (orchestrator, experts with a per-label split, user simulator) and their sums."""
     steps = [step for trajectory in trajectories for step in trajectory.steps]
     expert_steps = [step for step in steps if step.kind == "tool" and step.name == EXPERT_TOOL]
-    per_label = {label: {"model": next(step.model for step in expert_steps if step.label == label),
-                         **group_totals(step for step in expert_steps if step.label == label)}
-                 for label in sorted({step.label for step in expert_steps if step.label})}
-    groups = {"orchestrator": group_totals(step for step in steps if step.kind == "orchestrator"),
-              "experts": {**group_totals(expert_steps), "per_label": per_label},
-              "user_simulator": user_totals(trajectories)}
+    per_label = {
+        label: {
+            "model": next(step.model for step in expert_steps if step.label == label),
+            **group_totals(step for step in expert_steps if step.label == label),
+        }
+        for label in sorted({step.label for step in expert_steps if step.label})
+    }
+    groups = {
+        "orchestrator": group_totals(step for step in steps if step.kind == "orchestrator"),
+        "experts": {**group_totals(expert_steps), "per_label": per_label},
+        "user_simulator": user_totals(trajectories),
+    }
     count = len(trajectories) or 1
     for group in groups.values():
         group["cost_per_simulation_usd"] = group["cost_usd"] / count
@@ -87,13 +99,15 @@ def summarize_tau2(trajectories: Sequence[Trajectory]) -> dict[str, Any]:
         "trials_per_task": {str(count): tasks for count, tasks in sorted(trials.items())},
         "mean_reward": sum(rewards) / len(rewards) if rewards else 0.0,
         "pass_hat_k": {str(k): value for k, value in pass_hat_k(successes).items()},
-        "termination_reasons": dict(sorted(Counter(str(t.score_details.get("termination_reason", "none"))
-                                                   for t in trajectories).items())),
+        "termination_reasons": dict(
+            sorted(Counter(str(t.score_details.get("termination_reason", "none")) for t in trajectories).items())
+        ),
         "cost": cost_groups(trajectories),
         "agent_latency_s": sum(trajectory.latency_s for trajectory in trajectories),
         "simulation_wall_s": sum(float(t.score_details.get("duration_s", 0.0)) for t in trajectories),
         "errors": len(errors),
         "first_errors": list(dict.fromkeys(errors))[:3],
-        "per_task": {task_id: {"trials": len(values), "successes": sum(values)}
-                     for task_id, values in sorted(successes.items())},
+        "per_task": {
+            task_id: {"trials": len(values), "successes": sum(values)} for task_id, values in sorted(successes.items())
+        },
     }

@@ -71,17 +71,26 @@ class RescoreReport:
 
     @property
     def relabelled_count(self) -> int:
-        return sum(score.scored_task_id is not None and score.scored_task_id != score.file_task_id
-                   for score in self.scores)
+        return sum(
+            score.scored_task_id is not None and score.scored_task_id != score.file_task_id for score in self.scores
+        )
 
     def summary_line(self) -> str:
         return f"agree {self.agree_count}/{len(self.scores)}"
 
     def to_json(self) -> dict[str, Any]:
         rows = [asdict(score) | {"agree": score.agree} for score in self.scores]
-        return {"path": self.path, "domain": self.domain, "task_ids": self.task_ids,
-                "tau2_version": self.tau2_version, "agree": self.agree_count, "total": len(self.scores),
-                "relabelled": self.relabelled_count, "summary": self.summary_line(), "simulations": rows}
+        return {
+            "path": self.path,
+            "domain": self.domain,
+            "task_ids": self.task_ids,
+            "tau2_version": self.tau2_version,
+            "agree": self.agree_count,
+            "total": len(self.scores),
+            "relabelled": self.relabelled_count,
+            "summary": self.summary_line(),
+            "simulations": rows,
+        }
 
     def write_json(self, out: Path | str) -> None:
         out = Path(out)
@@ -89,8 +98,7 @@ class RescoreReport:
         out.write_text(json.dumps(self.to_json(), indent=2) + "\n")
 
 
-def rescore_file(path: Path | str, domain: str | None = None,
-                 task_ids: TaskIds | str = TaskIds.AUTO) -> RescoreReport:
+def rescore_file(path: Path | str, domain: str | None = None, task_ids: TaskIds | str = TaskIds.AUTO) -> RescoreReport:
     """Re-score every simulation of the results file at `path` (see the module docstring)."""
     mode = TaskIds(task_ids)
     results = load_results(path)
@@ -99,25 +107,35 @@ def rescore_file(path: Path | str, domain: str | None = None,
     solo = is_solo_mode(results)
     tasks = installed_tasks(chosen_domain)
     file_tasks = {task.id: task for task in results.tasks}
-    scores = [rescore_simulation(simulation, choose_task(simulation, tasks, mode), chosen_domain, solo, file_tasks)
-              for simulation in results.simulations]
+    scores = [
+        rescore_simulation(simulation, choose_task(simulation, tasks, mode), chosen_domain, solo, file_tasks)
+        for simulation in results.simulations
+    ]
     return RescoreReport(str(path), chosen_domain, mode.value, version, scores)
 
 
-def rescore_simulation(simulation: SimulationRun, choice: TaskChoice, domain: str, solo: bool,
-                       file_tasks: dict[str, Task]) -> SimulationScore:
+def rescore_simulation(
+    simulation: SimulationRun, choice: TaskChoice, domain: str, solo: bool, file_tasks: dict[str, Task]
+) -> SimulationScore:
     """Score one simulation against the chosen task and explain a disagreement with the recorded reward."""
     recorded = simulation.reward_info
-    score = SimulationScore(simulation.id, simulation.task_id, choice.scored_task_id, simulation.trial,
-                            recorded.reward if recorded is not None else None, None, notes=list(choice.notes))
+    score = SimulationScore(
+        simulation.id,
+        simulation.task_id,
+        choice.scored_task_id,
+        simulation.trial,
+        recorded.reward if recorded is not None else None,
+        None,
+        notes=list(choice.notes),
+    )
     if choice.task is None:
-        score.reasons = [f"task {simulation.task_id} not found among the installed tau2 {domain} tasks",
-                         *choice.notes]
+        score.reasons = [f"task {simulation.task_id} not found among the installed tau2 {domain} tasks", *choice.notes]
         return score
     changed = task_differences(choice.task, file_tasks.get(choice.task.id))
     if changed:
-        score.notes.append(f"the file's copy of task {choice.task.id} differs from the installed one in "
-                           f"{', '.join(changed)}")
+        score.notes.append(
+            f"the file's copy of task {choice.task.id} differs from the installed one in {', '.join(changed)}"
+        )
     try:
         ours, offline_notes = evaluate_offline(simulation, choice.task, domain, solo)
     except Exception as exc:  # the evaluator raises plain exceptions for replays that diverge
@@ -135,8 +153,7 @@ def rescore_simulation(simulation: SimulationRun, choice: TaskChoice, domain: st
     return score
 
 
-def evaluate_offline(simulation: SimulationRun, task: Task, domain: str,
-                     solo: bool) -> tuple[RewardInfo, list[str]]:
+def evaluate_offline(simulation: SimulationRun, task: Task, domain: str, solo: bool) -> tuple[RewardInfo, list[str]]:
     """tau2's evaluation with every check that needs no LLM, and notes on what was left out."""
     from tau2.data_model.tasks import RewardType
     from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation
@@ -147,12 +164,15 @@ def evaluate_offline(simulation: SimulationRun, task: Task, domain: str,
     if criteria is not None and RewardType.NL_ASSERTION in criteria.reward_basis:
         # EvaluationType.ALL refuses a basis with NL_ASSERTION; the LLM judge is what we cannot run offline.
         basis = [kind for kind in criteria.reward_basis if kind != RewardType.NL_ASSERTION]
-        scored_task = task.model_copy(update={"evaluation_criteria": criteria.model_copy(
-            update={"reward_basis": basis})})
-        notes.append("NL_ASSERTION is in the task's reward_basis: NL assertions need an LLM judge and are left "
-                     "out of our reward")
-    info = evaluate_simulation(simulation=simulation, task=scored_task, evaluation_type=EvaluationType.ALL,
-                               solo_mode=solo, domain=domain)
+        scored_task = task.model_copy(
+            update={"evaluation_criteria": criteria.model_copy(update={"reward_basis": basis})}
+        )
+        notes.append(
+            "NL_ASSERTION is in the task's reward_basis: NL assertions need an LLM judge and are left out of our reward"
+        )
+    info = evaluate_simulation(
+        simulation=simulation, task=scored_task, evaluation_type=EvaluationType.ALL, solo_mode=solo, domain=domain
+    )
     return info, notes
 
 
@@ -163,29 +183,34 @@ def replay_failure(exc: Exception) -> str:
     if text.startswith("Tool call:"):
         name = re.search(r"^name: (\S+)", text, re.MULTILINE)
         called = name.group(1) if name else "a tool call"
-        return (f"replay diverged: {called} returned something other than the file records (the domain's data "
-                f"or the task's initial state differ from the run's)")
+        return (
+            f"replay diverged: {called} returned something other than the file records (the domain's data "
+            f"or the task's initial state differ from the run's)"
+        )
     if "Tool message expected" in text or "Tool call id mismatch" in text or "Tool message not expected" in text:
         return f"messages cannot be replayed: {first_line}"
     return f"evaluator error: {type(exc).__name__}: {first_line}"
 
 
-def explain(recorded: RewardInfo | None, ours: RewardInfo, task: Task,
-            simulation: SimulationRun) -> list[str]:
+def explain(recorded: RewardInfo | None, ours: RewardInfo, task: Task, simulation: SimulationRun) -> list[str]:
     """Why our reward differs from the recorded one: every component that differs, each named."""
     if recorded is None:
         return ["the file records no reward_info for this simulation"]
     termination = simulation.termination_reason.value
     if termination not in STOPPED:
-        return [f"termination_reason {termination}: tau2 scores 0 unless the user or the agent ended the "
-                f"simulation (recorded {recorded.reward:g})"]
+        return [
+            f"termination_reason {termination}: tau2 scores 0 unless the user or the agent ended the "
+            f"simulation (recorded {recorded.reward:g})"
+        ]
     if task.evaluation_criteria is None:
         return ["the installed task has no evaluation_criteria: tau2 scores it 1"]
     basis = {kind.value for kind in task.evaluation_criteria.reward_basis}
     reasons = check_differences(recorded, ours, task) + _nl_reasons(recorded, basis)
     if not reasons:
-        reasons.append(f"every check agrees, yet the rewards differ: recorded breakdown "
-                       f"{_breakdown(recorded)}, ours {_breakdown(ours)}")
+        reasons.append(
+            f"every check agrees, yet the rewards differ: recorded breakdown "
+            f"{_breakdown(recorded)}, ours {_breakdown(ours)}"
+        )
     return reasons
 
 
@@ -196,9 +221,13 @@ def check_differences(recorded: RewardInfo, ours: RewardInfo, task: Task) -> lis
     if task.evaluation_criteria is None or ours.reward_basis is None:
         return []  # the evaluator stopped before checking anything (premature termination, no criteria)
     basis = {kind.value for kind in task.evaluation_criteria.reward_basis}
-    return (_basis_reason(recorded, basis) + _db_reason(recorded, ours, basis)
-            + _env_assertion_reasons(recorded, ours, basis) + _action_reasons(recorded, ours, basis)
-            + _communicate_reasons(recorded, ours, basis))
+    return (
+        _basis_reason(recorded, basis)
+        + _db_reason(recorded, ours, basis)
+        + _env_assertion_reasons(recorded, ours, basis)
+        + _action_reasons(recorded, ours, basis)
+        + _communicate_reasons(recorded, ours, basis)
+    )
 
 
 def _counted(kind: str, basis: set[str]) -> str:
@@ -207,8 +236,9 @@ def _counted(kind: str, basis: set[str]) -> str:
 
 
 def _breakdown(info: RewardInfo) -> dict[str, float]:
-    return {key.value if hasattr(key, "value") else str(key): value
-            for key, value in (info.reward_breakdown or {}).items()}
+    return {
+        key.value if hasattr(key, "value") else str(key): value for key, value in (info.reward_breakdown or {}).items()
+    }
 
 
 def _basis_reason(recorded: RewardInfo, basis: set[str]) -> list[str]:
@@ -226,8 +256,10 @@ def _db_reason(recorded: RewardInfo, ours: RewardInfo, basis: set[str]) -> list[
         return []
     if recorded.db_check.db_match == ours.db_check.db_match:
         return []
-    return [f"db_check{_counted('DB', basis)}: recorded {_match(recorded.db_check.db_match)}, ours "
-            f"{_match(ours.db_check.db_match)} (final DB hash vs the gold actions' DB)"]
+    return [
+        f"db_check{_counted('DB', basis)}: recorded {_match(recorded.db_check.db_match)}, ours "
+        f"{_match(ours.db_check.db_match)} (final DB hash vs the gold actions' DB)"
+    ]
 
 
 def _match(matched: bool) -> str:
@@ -240,17 +272,20 @@ def _met(met: bool) -> str:
 
 def _env_assertion_reasons(recorded: RewardInfo, ours: RewardInfo, basis: set[str]) -> list[str]:
     def keyed(info: RewardInfo) -> dict[str, bool]:
-        return {f"{check.env_assertion.env_type}.{check.env_assertion.func_name}"
-                f"({json.dumps(check.env_assertion.arguments, sort_keys=True)})": check.met
-                for check in info.env_assertions or []}
+        return {
+            f"{check.env_assertion.env_type}.{check.env_assertion.func_name}"
+            f"({json.dumps(check.env_assertion.arguments, sort_keys=True)})": check.met
+            for check in info.env_assertions or []
+        }
 
     return _per_item_reasons("env_assertions", keyed(recorded), keyed(ours), "ENV_ASSERTION" in basis)
 
 
 def _action_reasons(recorded: RewardInfo, ours: RewardInfo, basis: set[str]) -> list[str]:
     def keyed(info: RewardInfo) -> dict[str, bool]:
-        return {f"{check.action.name} [{check.action.action_id}]": check.action_match
-                for check in info.action_checks or []}
+        return {
+            f"{check.action.name} [{check.action.action_id}]": check.action_match for check in info.action_checks or []
+        }
 
     return _per_item_reasons("action_checks", keyed(recorded), keyed(ours), "ACTION" in basis)
 
@@ -270,22 +305,31 @@ def _per_item_reasons(component: str, recorded: dict[str, bool], ours: dict[str,
         # and counted.
         failed = [key for key, met in ours.items() if not met]
         if failed and counts:
-            return [f"{component}: none recorded; ours {len(ours) - len(failed)} of {len(ours)} met "
-                    f"({_first_items(failed)} not met)"]
+            return [
+                f"{component}: none recorded; ours {len(ours) - len(failed)} of {len(ours)} met "
+                f"({_first_items(failed)} not met)"
+            ]
         return []
     reasons = []
-    flipped = [f"{key} recorded {_met(recorded[key])}, ours {_met(ours[key])}"
-               for key in recorded if key in ours and recorded[key] != ours[key]]
+    flipped = [
+        f"{key} recorded {_met(recorded[key])}, ours {_met(ours[key])}"
+        for key in recorded
+        if key in ours and recorded[key] != ours[key]
+    ]
     if flipped:
         reasons.append(f"{component}{counted}: " + "; ".join(flipped))
     only_recorded = [key for key in recorded if key not in ours]
     if only_recorded:
-        reasons.append(f"{component}{counted}: {len(only_recorded)} recorded checks the installed task does not "
-                       f"have ({_first_items(only_recorded)})")
+        reasons.append(
+            f"{component}{counted}: {len(only_recorded)} recorded checks the installed task does not "
+            f"have ({_first_items(only_recorded)})"
+        )
     only_ours = [key for key in ours if key not in recorded]
     if only_ours:
-        reasons.append(f"{component}{counted}: {len(only_ours)} checks of the installed task have no recorded "
-                       f"verdict ({_first_items(only_ours)})")
+        reasons.append(
+            f"{component}{counted}: {len(only_ours)} checks of the installed task have no recorded "
+            f"verdict ({_first_items(only_ours)})"
+        )
     return reasons
 
 
@@ -300,5 +344,7 @@ def _nl_reasons(recorded: RewardInfo, basis: set[str]) -> list[str]:
         return []
     checks = recorded.nl_assertions or []
     met = sum(check.met for check in checks)
-    return [f"nl_assertions: counted by the task's reward_basis but need an LLM judge (not run offline); "
-            f"the recorded judge found {met} of {len(checks)} met"]
+    return [
+        f"nl_assertions: counted by the task's reward_basis but need an LLM judge (not run offline); "
+        f"the recorded judge found {met} of {len(checks)} met"
+    ]

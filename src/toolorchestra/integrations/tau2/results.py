@@ -21,8 +21,10 @@ from toolorchestra.integrations.tau2.runtime import DOMAINS, require_tau2
 if TYPE_CHECKING:
     from tau2.data_model.simulation import Results
 
-EXPECTED = ("a tau2 results JSON (an object with info, tasks and simulations, as tau2's Results.save writes "
-            "and the tau2-bench leaderboard publishes)")
+EXPECTED = (
+    "a tau2 results JSON (an object with info, tasks and simulations, as tau2's Results.save writes "
+    "and the tau2-bench leaderboard publishes)"
+)
 
 
 def load_results(path: Path | str) -> Results:
@@ -76,8 +78,9 @@ def results_domain(results: Results, path: Path | str, override: str | None = No
     domain = override or results.info.environment_info.domain_name
     if domain not in DOMAINS:
         source = "--domain" if override else f"{path}: info.environment_info.domain_name"
-        raise UserError(f"{source} {domain!r}: not a tau2 domain this command scores; expected one of "
-                        f"{', '.join(DOMAINS)}")
+        raise UserError(
+            f"{source} {domain!r}: not a tau2 domain this command scores; expected one of {', '.join(DOMAINS)}"
+        )
     return domain
 
 

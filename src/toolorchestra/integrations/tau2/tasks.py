@@ -102,8 +102,7 @@ def fits(task: Task, evidence: Evidence) -> bool:
     An empty component proves nothing: an evaluator that skipped NL assertions records none, and one whose
     task has no gold actions records no action checks."""
     expected = task_evidence(task)
-    return all(not recorded or recorded == getattr(expected, name)
-               for name, recorded in vars(evidence).items())
+    return all(not recorded or recorded == getattr(expected, name) for name, recorded in vars(evidence).items())
 
 
 def choose_task(simulation: SimulationRun, tasks: dict[str, Task], mode: TaskIds) -> TaskChoice:

@@ -36,11 +36,16 @@ class UserCall:
     latency_s: float
 
 
-def user_llm_args(base_url: str, max_tokens: int | None, temperature: float = 0.0,
-                  num_retries: int = 1) -> dict[str, Any]:
+def user_llm_args(
+    base_url: str, max_tokens: int | None, temperature: float = 0.0, num_retries: int = 1
+) -> dict[str, Any]:
     """litellm arguments that send the user simulator's calls to the OpenAI-compatible server at `base_url`."""
-    args: dict[str, Any] = {"api_base": base_url, "api_key": PLACEHOLDER_KEY, "temperature": temperature,
-                            "num_retries": num_retries}
+    args: dict[str, Any] = {
+        "api_base": base_url,
+        "api_key": PLACEHOLDER_KEY,
+        "temperature": temperature,
+        "num_retries": num_retries,
+    }
     if max_tokens is not None:
         args["max_tokens"] = max_tokens
     return args
@@ -65,6 +70,10 @@ class MeteredUserSimulator(UserSimulator):
         return user_message, state
 
     def totals(self) -> dict[str, Any]:
-        return {"calls": len(self.calls), **{key: sum(asdict(call)[key] for call in self.calls)
-                                             for key in ("prompt_tokens", "completion_tokens", "cost_usd",
-                                                         "latency_s")}}
+        return {
+            "calls": len(self.calls),
+            **{
+                key: sum(asdict(call)[key] for call in self.calls)
+                for key in ("prompt_tokens", "completion_tokens", "cost_usd", "latency_s")
+            },
+        }

@@ -64,8 +64,9 @@ class OrchestratorAgentLoop(AgentLoopBase):
         async def sample(token_ids: list[int], max_new_tokens: int) -> list[int]:
             params = {**sampling_params, "max_tokens": max_new_tokens, "stop_token_ids": [end_of_turn]}
             started = time.perf_counter()
-            output = await self.server_manager.generate(request_id=request_id, prompt_ids=token_ids,
-                                                        sampling_params=params)
+            output = await self.server_manager.generate(
+                request_id=request_id, prompt_ids=token_ids, sampling_params=params
+            )
             timing["generate"] += time.perf_counter() - started
             return list(output.token_ids)
 
@@ -75,14 +76,23 @@ class OrchestratorAgentLoop(AgentLoopBase):
         record = result.record
         features = record["features"]
         return AgentLoopOutput(
-            prompt_ids=result.prompt_ids, response_ids=result.response_ids, response_mask=result.response_mask,
-            reward_score=float(record["correct"]), num_turns=result.num_turns,
-            metrics=AgentLoopMetrics(generate_sequences=timing["generate"],
-                                     tool_calls=max(0.0, total - timing["generate"])),
-            extra_fields={EXTRA_KEY: record, "reward_extra_info": {
-                "acc": float(record["correct"]), "valid": float(record["valid"]),
-                "cost_usd": float(features.get("cost", 0.0)), "latency_s": float(features.get("latency", 0.0)),
-            }},
+            prompt_ids=result.prompt_ids,
+            response_ids=result.response_ids,
+            response_mask=result.response_mask,
+            reward_score=float(record["correct"]),
+            num_turns=result.num_turns,
+            metrics=AgentLoopMetrics(
+                generate_sequences=timing["generate"], tool_calls=max(0.0, total - timing["generate"])
+            ),
+            extra_fields={
+                EXTRA_KEY: record,
+                "reward_extra_info": {
+                    "acc": float(record["correct"]),
+                    "valid": float(record["valid"]),
+                    "cost_usd": float(features.get("cost", 0.0)),
+                    "latency_s": float(features.get("latency", 0.0)),
+                },
+            },
         )
 
 

@@ -29,8 +29,9 @@ class _Strict(BaseModel):
 
 def _subset(model: type[BaseModel], names: tuple[str, ...], name: str, **extra: Any) -> type[BaseModel]:
     """A model with `names` of `model`'s fields (the same FieldInfo: type, default, bounds, description)."""
-    fields: dict[str, Any] = {field: (model.model_fields[field].annotation, model.model_fields[field])
-                              for field in names}
+    fields: dict[str, Any] = {
+        field: (model.model_fields[field].annotation, model.model_fields[field]) for field in names
+    }
     return create_model(name, __base__=_Strict, **fields, **extra)
 
 
@@ -44,25 +45,63 @@ if TYPE_CHECKING:
     VerlAlgorithm = train.AlgorithmConfig
     VerlTrainer = train.TrainerConfig
 else:
-    VerlData = _subset(train.DataConfig, ("env", "split", "train_batch_size", "max_tasks", "max_question_chars"),
-                       "VerlData")
-    VerlModel = _subset(train.ModelConfig, ("path", "lora_rank", "lora_alpha", "target_modules",
-                                            "gradient_checkpointing"), "VerlModel")
-    VerlActor = _subset(train.ActorConfig, ("ppo_mini_batch_size", "ppo_micro_batch_size", "ppo_epochs",
-                                            "clip_ratio_low", "clip_ratio_high", "clip_ratio_c", "use_kl_loss",
-                                            "kl_loss_coef", "kl_loss_type", "loss_agg_mode", "entropy_coeff",
-                                            "grad_clip", "optim"),
-                        "VerlActor")
-    VerlRollout = _subset(train.RolloutConfig, ("n", "temperature", "top_p", "response_length",
-                                                "max_assistant_turns", "max_episode_tokens", "orchestrator_latency"),
-                          "VerlRollout")
-    VerlAlgorithm = _subset(train.AlgorithmConfig, ("cost_floor",), "VerlAlgorithm",
-                            adv_estimator=(Literal["grpo"], Field("grpo", description="verl runs the paper's GRPO")),
-                            norm_adv_by_std=(Literal["group", "none"], Field(
-                                "group", description="divide advantages by the reward std of the group, or not at all "
-                                "(verl's algorithm.norm_adv_by_std_in_grpo)")))
-    VerlTrainer = _subset(train.TrainerConfig, ("total_training_steps", "save_freq", "default_local_dir",
-                                                "experiment_name"), "VerlTrainer")
+    VerlData = _subset(
+        train.DataConfig, ("env", "split", "train_batch_size", "max_tasks", "max_question_chars"), "VerlData"
+    )
+    VerlModel = _subset(
+        train.ModelConfig, ("path", "lora_rank", "lora_alpha", "target_modules", "gradient_checkpointing"), "VerlModel"
+    )
+    VerlActor = _subset(
+        train.ActorConfig,
+        (
+            "ppo_mini_batch_size",
+            "ppo_micro_batch_size",
+            "ppo_epochs",
+            "clip_ratio_low",
+            "clip_ratio_high",
+            "clip_ratio_c",
+            "use_kl_loss",
+            "kl_loss_coef",
+            "kl_loss_type",
+            "loss_agg_mode",
+            "entropy_coeff",
+            "grad_clip",
+            "optim",
+        ),
+        "VerlActor",
+    )
+    VerlRollout = _subset(
+        train.RolloutConfig,
+        (
+            "n",
+            "temperature",
+            "top_p",
+            "response_length",
+            "max_assistant_turns",
+            "max_episode_tokens",
+            "orchestrator_latency",
+        ),
+        "VerlRollout",
+    )
+    VerlAlgorithm = _subset(
+        train.AlgorithmConfig,
+        ("cost_floor",),
+        "VerlAlgorithm",
+        adv_estimator=(Literal["grpo"], Field("grpo", description="verl runs the paper's GRPO")),
+        norm_adv_by_std=(
+            Literal["group", "none"],
+            Field(
+                "group",
+                description="divide advantages by the reward std of the group, or not at all "
+                "(verl's algorithm.norm_adv_by_std_in_grpo)",
+            ),
+        ),
+    )
+    VerlTrainer = _subset(
+        train.TrainerConfig,
+        ("total_training_steps", "save_freq", "default_local_dir", "experiment_name"),
+        "VerlTrainer",
+    )
 
 
 class VerlSettings(_Strict):
@@ -99,11 +138,15 @@ class VerlConfig(_Strict):
     @model_validator(mode="after")
     def _check(self) -> VerlConfig:
         if self.data.train_batch_size % self.actor.ppo_mini_batch_size:
-            raise ValueError(f"actor.ppo_mini_batch_size ({self.actor.ppo_mini_batch_size}) must divide "
-                             f"data.train_batch_size ({self.data.train_batch_size})")
+            raise ValueError(
+                f"actor.ppo_mini_batch_size ({self.actor.ppo_mini_batch_size}) must divide "
+                f"data.train_batch_size ({self.data.train_batch_size})"
+            )
         if self.sampler.preference_contrast:
-            raise ValueError("sampler.preference_contrast is not supported on verl: verl's batch counts prompts, "
-                             "and one row is one draw")
+            raise ValueError(
+                "sampler.preference_contrast is not supported on verl: verl's batch counts prompts, "
+                "and one row is one draw"
+            )
         return self
 
 
@@ -112,7 +155,9 @@ class VerlConfig(_Strict):
 # (the `toolorchestra.` keys).
 KNOBS: dict[str, str | None] = {
     "seed": "data.seed",
-    "data.env": None, "data.split": None, "data.max_tasks": None,
+    "data.env": None,
+    "data.split": None,
+    "data.max_tasks": None,
     "data.train_batch_size": "data.train_batch_size",
     "data.max_question_chars": "toolorchestra.max_question_chars",
     "model.path": "actor_rollout_ref.model.path",
@@ -172,8 +217,9 @@ def knob_values(config: VerlConfig) -> dict[str, Any]:
     return values
 
 
-def hydra_overrides(config: VerlConfig, data_dir: Path, *, model_path: str | None = None,
-                    env_data_dir: Path | None = None) -> list[str]:
+def hydra_overrides(
+    config: VerlConfig, data_dir: Path, *, model_path: str | None = None, env_data_dir: Path | None = None
+) -> list[str]:
     """verl's `key=value` overrides for this config, reading the parquet files `verl prepare` wrote to
     `data_dir`. `model_path` replaces model.path (e.g. the HF dir our resolver converted SmolLM2 to)."""
     values = knob_values(config)
@@ -193,15 +239,22 @@ def hydra_overrides(config: VerlConfig, data_dir: Path, *, model_path: str | Non
         out.append(f"{key}={_hydra_value(value)}")
     episode = config.rollout.max_episode_tokens
     out += [
-        f"data.train_files={data_dir / 'train.parquet'}", f"data.val_files={data_dir / 'test.parquet'}",
-        "data.return_raw_chat=True", f"data.max_prompt_length={settings.max_prompt_length}",
-        f"data.max_response_length={episode}", "data.filter_overlong_prompts=True", "data.truncation=error",
+        f"data.train_files={data_dir / 'train.parquet'}",
+        f"data.val_files={data_dir / 'test.parquet'}",
+        "data.return_raw_chat=True",
+        f"data.max_prompt_length={settings.max_prompt_length}",
+        f"data.max_response_length={episode}",
+        "data.filter_overlong_prompts=True",
+        "data.truncation=error",
         "algorithm.use_kl_in_reward=False",
-        f"actor_rollout_ref.actor.strategy={settings.strategy}", f"critic.strategy={settings.strategy}",
+        f"actor_rollout_ref.actor.strategy={settings.strategy}",
+        f"critic.strategy={settings.strategy}",
         f"actor_rollout_ref.actor.fsdp_config.param_offload={_hydra_value(settings.param_offload)}",
         f"actor_rollout_ref.actor.fsdp_config.optimizer_offload={_hydra_value(settings.optimizer_offload)}",
-        f"actor_rollout_ref.rollout.name={settings.rollout_engine}", "actor_rollout_ref.rollout.mode=async",
-        "actor_rollout_ref.rollout.top_k=-1", f"actor_rollout_ref.rollout.prompt_length={settings.max_prompt_length}",
+        f"actor_rollout_ref.rollout.name={settings.rollout_engine}",
+        "actor_rollout_ref.rollout.mode=async",
+        "actor_rollout_ref.rollout.top_k=-1",
+        f"actor_rollout_ref.rollout.prompt_length={settings.max_prompt_length}",
         f"actor_rollout_ref.rollout.response_length={episode}",
         f"actor_rollout_ref.rollout.tensor_model_parallel_size={settings.tensor_model_parallel_size}",
         f"actor_rollout_ref.rollout.gpu_memory_utilization={settings.gpu_memory_utilization}",
@@ -211,10 +264,14 @@ def hydra_overrides(config: VerlConfig, data_dir: Path, *, model_path: str | Non
         f"+actor_rollout_ref.rollout.agent.agent_loop_manager_class={MANAGER_CLASS}",
         f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={config.actor.ppo_micro_batch_size}",
         f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={config.actor.ppo_micro_batch_size}",
-        f"trainer.nnodes={settings.nnodes}", f"trainer.n_gpus_per_node={settings.n_gpus_per_node}",
-        f"trainer.project_name={settings.project_name}", f"trainer.logger={_hydra_value(settings.logger)}",
-        f"trainer.total_epochs={settings.total_epochs}", f"trainer.test_freq={settings.test_freq}",
-        "trainer.val_before_train=False", "critic.enable=False",
+        f"trainer.nnodes={settings.nnodes}",
+        f"trainer.n_gpus_per_node={settings.n_gpus_per_node}",
+        f"trainer.project_name={settings.project_name}",
+        f"trainer.logger={_hydra_value(settings.logger)}",
+        f"trainer.total_epochs={settings.total_epochs}",
+        f"trainer.test_freq={settings.test_freq}",
+        "trainer.val_before_train=False",
+        "critic.enable=False",
     ]
     if env_data_dir is not None:
         out.append(f"+toolorchestra.data_dir={env_data_dir}")
@@ -238,11 +295,21 @@ def _hydra_value(value: Any) -> str:
     return str(value)
 
 
-def command_line(config: VerlConfig, data_dir: Path, *, python: str = "python3", model_path: str | None = None,
-                 env_data_dir: Path | None = None) -> list[str]:
+def command_line(
+    config: VerlConfig,
+    data_dir: Path,
+    *,
+    python: str = "python3",
+    model_path: str | None = None,
+    env_data_dir: Path | None = None,
+) -> list[str]:
     """The verl launch command (verl's own PPO entry point with our overrides)."""
-    return [python, "-m", "verl.trainer.main_ppo",
-            *hydra_overrides(config, data_dir, model_path=model_path, env_data_dir=env_data_dir)]
+    return [
+        python,
+        "-m",
+        "verl.trainer.main_ppo",
+        *hydra_overrides(config, data_dir, model_path=model_path, env_data_dir=env_data_dir),
+    ]
 
 
 def shell_command(argv: list[str]) -> str:

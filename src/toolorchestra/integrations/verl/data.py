@@ -50,8 +50,10 @@ def prepare(request: PrepareRequest) -> dict[str, Path]:
         sampler = TaskSampler(env, tasks, request.config.sampler, request.config.seed + offset)
         rounds = request.epochs if split == "train" else 1
         draws = [draw for _ in range(rounds) for draw in sampler.next_batch(len(tasks))]
-        rows = [verl_row(env, request.env, draw, index, request.config.data.max_question_chars)
-                for index, draw in enumerate(draws)]
+        rows = [
+            verl_row(env, request.env, draw, index, request.config.data.max_question_chars)
+            for index, draw in enumerate(draws)
+        ]
         written[split] = write_parquet(rows, request.out / SPLITS[split])
     return written
 
@@ -63,8 +65,7 @@ def verl_row(env: Env, env_name: str, draw: PromptDraw, index: int, max_question
     from toolorchestra.integrations.verl import AGENT_NAME, EXTRA_KEY
     from toolorchestra.train.rollout import question_text
 
-    messages = initial_messages(draw.tools, question_text(draw.task, max_question_chars), draw.preference,
-                                draw.wording)
+    messages = initial_messages(draw.tools, question_text(draw.task, max_question_chars), draw.preference, draw.wording)
     plain = to_plain_messages(messages, [tool.schema() for tool in draw.tools])
     prompt = [{"role": str(message["role"]), "content": str(message.get("content") or "")} for message in plain]
     record = {"env": env_name, "draw": draw_record(draw)}
@@ -74,8 +75,14 @@ def verl_row(env: Env, env_name: str, draw: PromptDraw, index: int, max_question
         "prompt": prompt,
         "ability": "orchestration",
         "reward_model": {"style": "rule", "ground_truth": "" if draw.task.gold is None else str(draw.task.gold)},
-        "extra_info": {"index": index, "env": env_name, "split": draw.task.split, "task_id": draw.task.id,
-                       "tools": [tool.name for tool in draw.tools], EXTRA_KEY: json.dumps(record)},
+        "extra_info": {
+            "index": index,
+            "env": env_name,
+            "split": draw.task.split,
+            "task_id": draw.task.id,
+            "tools": [tool.name for tool in draw.tools],
+            EXTRA_KEY: json.dumps(record),
+        },
     }
 
 

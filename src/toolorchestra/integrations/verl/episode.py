@@ -33,13 +33,19 @@ class EpisodeSettings(BaseModel):
     cost_floor: float = Field(0.0, ge=0)
     orchestrator_latency: LatencyConfig = Field(default_factory=LatencyConfig)
     data_dir: str | None = Field(
-        None, description="the envs' data dir (default: $TOOLORCHESTRA_DATA or ../shared/data)")
+        None, description="the envs' data dir (default: $TOOLORCHESTRA_DATA or ../shared/data)"
+    )
     model_name: str = "orchestrator"
 
     def rollout_config(self) -> RolloutConfig:
-        return RolloutConfig(n=1, response_length=self.response_length, max_assistant_turns=self.max_assistant_turns,
-                             max_episode_tokens=self.max_episode_tokens, share_prompt_prefill=False,
-                             orchestrator_latency=self.orchestrator_latency)
+        return RolloutConfig(
+            n=1,
+            response_length=self.response_length,
+            max_assistant_turns=self.max_assistant_turns,
+            max_episode_tokens=self.max_episode_tokens,
+            share_prompt_prefill=False,
+            orchestrator_latency=self.orchestrator_latency,
+        )
 
 
 @dataclass
@@ -72,8 +78,14 @@ def engine_for(env: Env, tokenizer: Any, settings: EpisodeSettings) -> RolloutEn
     """A model-less rollout engine (its turn logic only), one per env, tokenizer and settings."""
     key = (id(env), id(tokenizer), settings.model_dump_json())
     if key not in _ENGINES:
-        _ENGINES[key] = RolloutEngine(None, tokenizer, env, settings.rollout_config(), model_name=settings.model_name,
-                                      max_question_chars=settings.max_question_chars)
+        _ENGINES[key] = RolloutEngine(
+            None,
+            tokenizer,
+            env,
+            settings.rollout_config(),
+            model_name=settings.model_name,
+            max_question_chars=settings.max_question_chars,
+        )
     return _ENGINES[key]
 
 
@@ -90,13 +102,16 @@ def row_extra(extra_info: Any) -> dict[str, Any]:
         except json.JSONDecodeError as error:
             raise ValueError(f"extra_info.{EXTRA_KEY}: not valid JSON ({error})") from None
     if not isinstance(record, dict) or "env" not in record or "draw" not in record:
-        raise ValueError(f"extra_info.{EXTRA_KEY}: missing or malformed (expected env and draw, as `toolorchestra "
-                         f"verl prepare` writes); got {type(extra_info).__name__}")
+        raise ValueError(
+            f"extra_info.{EXTRA_KEY}: missing or malformed (expected env and draw, as `toolorchestra "
+            f"verl prepare` writes); got {type(extra_info).__name__}"
+        )
     return record
 
 
-async def play_row(extra_info: dict[str, Any], tokenizer: Any, sample: Sampler,
-                   settings: EpisodeSettings, env: Env | None = None) -> EpisodeOutput:
+async def play_row(
+    extra_info: dict[str, Any], tokenizer: Any, sample: Sampler, settings: EpisodeSettings, env: Env | None = None
+) -> EpisodeOutput:
     """Play the row's draw to the end with `sample` as the policy; score it; split prompt and response."""
     from toolorchestra.reward import with_cost_floor
     from toolorchestra.train.sampler import draw_from_record
@@ -111,13 +126,22 @@ async def play_row(extra_info: dict[str, Any], tokenizer: Any, sample: Sampler,
     await engine.play(episode, sample)
     cut = episode.prompt_length
     reward_record = {
-        "task_id": task.id, "correct": bool(episode.correct), "valid": episode.valid,
-        "features": episode.features(), "preference": with_cost_floor(draw.preference.weights(), settings.cost_floor),
-        "token_capped": episode.token_capped, "turns": len(episode.policy_turns),
+        "task_id": task.id,
+        "correct": bool(episode.correct),
+        "valid": episode.valid,
+        "features": episode.features(),
+        "preference": with_cost_floor(draw.preference.weights(), settings.cost_floor),
+        "token_capped": episode.token_capped,
+        "turns": len(episode.policy_turns),
     }
-    return EpisodeOutput(prompt_ids=episode.token_ids[:cut], response_ids=episode.token_ids[cut:],
-                         response_mask=episode.loss_mask[cut:], num_turns=len(episode.messages),
-                         record=reward_record, episode=episode)
+    return EpisodeOutput(
+        prompt_ids=episode.token_ids[:cut],
+        response_ids=episode.token_ids[cut:],
+        response_mask=episode.loss_mask[cut:],
+        num_turns=len(episode.messages),
+        record=reward_record,
+        episode=episode,
+    )
 
 
 _TASKS: dict[tuple[int, str], dict[str, Any]] = {}

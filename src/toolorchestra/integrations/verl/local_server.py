@@ -19,8 +19,9 @@ class LocalTokenServer:
         self.tokenizer = tokenizer
         self.requests: list[str] = []
 
-    async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any],
-                       **_: Any) -> TokenOutput:
+    async def generate(
+        self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any], **_: Any
+    ) -> TokenOutput:
         import torch
 
         self.requests.append(request_id)
@@ -32,14 +33,19 @@ class LocalTokenServer:
         ids = torch.tensor([prompt_ids], dtype=torch.long, device=self.model.device)
         with torch.no_grad():
             output = self.model.generate(
-                input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=temperature > 0,
-                temperature=temperature if temperature > 0 else None, top_p=float(sampling_params.get("top_p", 1.0)),
-                top_k=top_k if top_k > 0 else 0, max_new_tokens=max_new,
-                eos_token_id=stop[0] if len(stop) == 1 else stop, pad_token_id=pad,
+                input_ids=ids,
+                attention_mask=torch.ones_like(ids),
+                do_sample=temperature > 0,
+                temperature=temperature if temperature > 0 else None,
+                top_p=float(sampling_params.get("top_p", 1.0)),
+                top_k=top_k if top_k > 0 else 0,
+                max_new_tokens=max_new,
+                eos_token_id=stop[0] if len(stop) == 1 else stop,
+                pad_token_id=pad,
             )
-        new = output[0, len(prompt_ids):].tolist()
+        new = output[0, len(prompt_ids) :].tolist()
         for index, token in enumerate(new):
             if token in stop:
-                new = new[:index + 1]
+                new = new[: index + 1]
                 break
         return TokenOutput(token_ids=new, stop_reason="completed")

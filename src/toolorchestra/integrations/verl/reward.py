@@ -24,8 +24,11 @@ def group_reward_scores(records: Sequence[Mapping[str, Any]], groups: Sequence[H
     scores = [0.0] * len(records)
     for group, indices in members.items():
         preference = _preference_of(group, [records[index] for index in indices])
-        rewards = group_rewards([records[index]["features"] for index in indices],
-                                [bool(records[index]["correct"]) for index in indices], preference)
+        rewards = group_rewards(
+            [records[index]["features"] for index in indices],
+            [bool(records[index]["correct"]) for index in indices],
+            preference,
+        )
         for index, reward in zip(indices, rewards, strict=True):
             scores[index] = reward
     return scores
@@ -34,13 +37,19 @@ def group_reward_scores(records: Sequence[Mapping[str, Any]], groups: Sequence[H
 def _preference_of(group: Hashable, records: list[Mapping[str, Any]]) -> dict[str, float]:
     preference = dict(records[0]["preference"])
     if any(dict(record["preference"]) != preference for record in records[1:]):
-        raise ValueError(f"group {group!r}: its rollouts carry different preference vectors; a group is the "
-                         "rollouts of one prompt")
+        raise ValueError(
+            f"group {group!r}: its rollouts carry different preference vectors; a group is the rollouts of one prompt"
+        )
     return {name: float(weight) for name, weight in preference.items()}
 
 
-def compute_score(data_sources: Sequence[str], solution_strs: Sequence[str], ground_truths: Sequence[Any],
-                  extra_infos: Sequence[Mapping[str, Any]], **_: Any) -> list[float]:
+def compute_score(
+    data_sources: Sequence[str],
+    solution_strs: Sequence[str],
+    ground_truths: Sequence[Any],
+    extra_infos: Sequence[Mapping[str, Any]],
+    **_: Any,
+) -> list[float]:
     """verl's batch reward function signature (`reward.reward_manager.name=batch` with
     `reward.custom_reward_function`): each extra_info holds our record under "toolorchestra" and the group id
     under "uid" (what `GroupRewardAgentLoopManager` passes). The texts are not needed: correctness was scored

@@ -87,8 +87,9 @@ class LabelOutcomes:
         return ToolCall(id="call_0", name=self.tool, arguments={"model": self.labels[index]})
 
 
-async def label_outcomes(env: Env, draw: PromptDraw, cost_floor: float = 0.0,
-                         cost_scale: float = 1.0) -> LabelOutcomes | None:
+async def label_outcomes(
+    env: Env, draw: PromptDraw, cost_floor: float = 0.0, cost_scale: float = 1.0
+) -> LabelOutcomes | None:
     """Run `answer(model=LABEL)` for every offered label through the real tool and score it; None when the
     draw offers no answer tool with labels. `cost_floor`, `cost_scale`: see toolorchestra.reward.with_cost_floor."""
     answer = next((tool for tool in draw.tools if isinstance(tool, AnswerTool) and tool.labels), None)
@@ -100,15 +101,27 @@ async def label_outcomes(env: Env, draw: PromptDraw, cost_floor: float = 0.0,
     correct = [attempt.correct for attempt in attempts]
     features = [trajectory_features(attempt.trajectory, attempt.correct) for attempt in attempts]
     rewards = group_rewards(features, correct, with_cost_floor(draw.preference.weights(), cost_floor, cost_scale))
-    return LabelOutcomes(answer.name, labels, [answer.labels[label] for label in labels], correct,
-                         [attempt.trajectory.cost_usd for attempt in attempts],
-                         [attempt.trajectory.latency_s for attempt in attempts], rewards,
-                         [attempt.result.error for attempt in attempts if attempt.result.error], features)
+    return LabelOutcomes(
+        answer.name,
+        labels,
+        [answer.labels[label] for label in labels],
+        correct,
+        [attempt.trajectory.cost_usd for attempt in attempts],
+        [attempt.trajectory.latency_s for attempt in attempts],
+        rewards,
+        [attempt.result.error for attempt in attempts if attempt.result.error],
+        features,
+    )
 
 
-async def escalation_outcomes(draw: PromptDraw, targets: EscalationTargets, cost_floor: float = 0.0,
-                              cost_scale: float = 1.0, top_k: int | None = None,
-                              siblings: int = 0) -> list[LabelOutcomes]:
+async def escalation_outcomes(
+    draw: PromptDraw,
+    targets: EscalationTargets,
+    cost_floor: float = 0.0,
+    cost_scale: float = 1.0,
+    top_k: int | None = None,
+    siblings: int = 0,
+) -> list[LabelOutcomes]:
     """The states `draw`'s question passes through when the orchestrator consults models one at a time and
     follows the escalation model's best actions (train/escalation.py), each with every action's value there.
 
@@ -124,14 +137,18 @@ async def escalation_outcomes(draw: PromptDraw, targets: EscalationTargets, cost
     expert = next((tool for tool in draw.tools if isinstance(tool, ExpertTool) and tool.labels), None)
     answer = next((tool for tool in draw.tools if isinstance(tool, AnswerTool) and tool.labels), None)
     if expert is None or answer is None:
-        raise TrainingError("counterfactual.targets escalation needs an expert and an answer tool with "
-                            "model labels in every draw (sampler.tool_keep_prob: 1.0 keeps the expert tool)")
+        raise TrainingError(
+            "counterfactual.targets escalation needs an expert and an answer tool with "
+            "model labels in every draw (sampler.tool_keep_prob: 1.0 keeps the expert tool)"
+        )
     label_of = {model: label for label, model in answer.labels.items() if model in targets.index}
     consult_label = {model: label for label, model in expert.labels.items()}
     if any(consult_label.get(model) != label for model, label in label_of.items()):
-        raise TrainingError("counterfactual.targets escalation needs the expert and the answer tool to "
-                            "name each model by the same label (an answer adopts a consultation by its label); "
-                            "use sampler.label_style: env")
+        raise TrainingError(
+            "counterfactual.targets escalation needs the expert and the answer tool to "
+            "name each model by the same label (an answer adopts a consultation by its label); "
+            "use sampler.label_style: env"
+        )
     weights = with_cost_floor(draw.preference.weights(), cost_floor, cost_scale)
     w_cost, w_latency = float(weights.get("cost", 0.0)), float(weights.get("latency", 0.0))
     model = targets.model_for(draw.task)
@@ -140,31 +157,48 @@ async def escalation_outcomes(draw: PromptDraw, targets: EscalationTargets, cost
 
     def state_outcome(state: History, history: list[dict[str, Any]], turn: int) -> LabelOutcomes:
         here = model.estimates(state)
-        values = [(act, value) for act, value in model.action_values(state, w_cost, w_latency).items()
-                  if model.models[act.model] in label_of]
+        values = [
+            (act, value)
+            for act, value in model.action_values(state, w_cost, w_latency).items()
+            if model.models[act.model] in label_of
+        ]
         if top_k is not None:
             values = sorted(values, key=lambda pair: -pair[1])[:top_k]
-        calls = [ToolCall(id=f"call_{turn}", name=expert.name if act.consult else answer.name,
-                          arguments={"model": label_of[model.models[act.model]]}) for act, _ in values]
+        calls = [
+            ToolCall(
+                id=f"call_{turn}",
+                name=expert.name if act.consult else answer.name,
+                arguments={"model": label_of[model.models[act.model]]},
+            )
+            for act, _ in values
+        ]
         return LabelOutcomes(
-            tool=answer.name, labels=[str(call.arguments["model"]) for call in calls],
+            tool=answer.name,
+            labels=[str(call.arguments["model"]) for call in calls],
             models=[model.models[act.model] for act, _ in values],
             correct=[float(here.right[act.model]) for act, _ in values],
-            cost=[0.0 if any(act.model == seen for seen, _ in state) else float(here.cost[act.model])
-                  for act, _ in values],
+            cost=[
+                0.0 if any(act.model == seen for seen, _ in state) else float(here.cost[act.model]) for act, _ in values
+            ],
             latency=[float(here.latency[act.model]) for act, _ in values],
-            rewards=[value for _, value in values], errors=[], targets=[value for _, value in values],
-            actions=calls, history=list(history))
+            rewards=[value for _, value in values],
+            errors=[],
+            targets=[value for _, value in values],
+            actions=calls,
+            history=list(history),
+        )
 
     async def consulted(history: list[dict[str, Any]], index: int, turn: int) -> list[dict[str, Any]]:
         call = ToolCall(id=f"call_{turn}", name=expert.name, arguments={"model": label_of[model.models[index]]})
         (result,) = await run_calls({expert.name: expert}, [call], draw.task, history, wall_clock=False)
         if result.error:
-            raise TrainingError(f"escalation: consulting {call.arguments['model']} on task {draw.task.id} "
-                                f"failed: {result.error}")
-        return history + [{"role": "assistant", "content": "", "tool_calls": [call.to_openai()]},
-                          {"role": "tool", "tool_call_id": call.id, "name": call.name,
-                           "content": result.observation()}]
+            raise TrainingError(
+                f"escalation: consulting {call.arguments['model']} on task {draw.task.id} failed: {result.error}"
+            )
+        return history + [
+            {"role": "assistant", "content": "", "tool_calls": [call.to_openai()]},
+            {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": result.observation()},
+        ]
 
     history: list[dict[str, Any]] = []
     states = []
@@ -176,8 +210,10 @@ async def escalation_outcomes(draw: PromptDraw, targets: EscalationTargets, cost
     if siblings and model.max_consults > 1:
         root = model.action_values((), w_cost, w_latency)
         taken = visited[0][1]
-        others = sorted((act for act in root if act.consult and act != taken
-                         and model.models[act.model] in label_of), key=lambda act: -root[act])
+        others = sorted(
+            (act for act in root if act.consult and act != taken and model.models[act.model] in label_of),
+            key=lambda act: -root[act],
+        )
         for act in others[:siblings]:
             states.append(state_outcome(((act.model, attempted[act.model]),), await consulted([], act.model, 0), 1))
     return states
@@ -200,17 +236,34 @@ class CounterfactualRecipe:
         if section.targets == "outcome_model":
             self._outcome_model = SubtaskOutcomeModel(trainer.env, trainer.tasks)
         elif section.targets == "escalation":
-            self._escalation = EscalationTargets(trainer.env, trainer.tasks, section.escalation.max_consults,
-                                                 section.escalation.prior_strength, seed=trainer.config.seed)
+            self._escalation = EscalationTargets(
+                trainer.env,
+                trainer.tasks,
+                section.escalation.max_consults,
+                section.escalation.prior_strength,
+                seed=trainer.config.seed,
+            )
 
     def outcomes(self, draw: PromptDraw) -> LabelOutcomes | None:
-        key = json.dumps([draw.task.id, [tool.name for tool in draw.tools], draw.price_factors,
-                          draw.preference.weights(),
-                          [list(getattr(tool, "labels", {}).items()) for tool in draw.tools]], sort_keys=True)
+        key = json.dumps(
+            [
+                draw.task.id,
+                [tool.name for tool in draw.tools],
+                draw.price_factors,
+                draw.preference.weights(),
+                [list(getattr(tool, "labels", {}).items()) for tool in draw.tools],
+            ],
+            sort_keys=True,
+        )
         if key not in self._outcomes:
             outcome = self._loop.run_until_complete(
-                label_outcomes(self.trainer.env, draw, self.trainer.config.algorithm.cost_floor,
-                               self.trainer.config.algorithm.cost_scale))
+                label_outcomes(
+                    self.trainer.env,
+                    draw,
+                    self.trainer.config.algorithm.cost_floor,
+                    self.trainer.config.algorithm.cost_scale,
+                )
+            )
             if outcome is not None and self._outcome_model is not None:
                 p_correct = self._outcome_model.probabilities(draw.task, outcome.models)
                 algorithm = self.trainer.config.algorithm
@@ -225,29 +278,49 @@ class CounterfactualRecipe:
         if self._escalation is None:
             outcome = self.outcomes(draw)
             return [] if outcome is None else [outcome]
-        key = json.dumps([draw.task.id, draw.preference.weights(),
-                          [list(getattr(tool, "labels", {}).items()) for tool in draw.tools]], sort_keys=True)
+        key = json.dumps(
+            [
+                draw.task.id,
+                draw.preference.weights(),
+                [list(getattr(tool, "labels", {}).items()) for tool in draw.tools],
+            ],
+            sort_keys=True,
+        )
         if key not in self._states:
             algorithm, escalation = self.trainer.config.algorithm, self.trainer.config.counterfactual.escalation
             self._states[key] = self._loop.run_until_complete(
-                escalation_outcomes(draw, self._escalation, algorithm.cost_floor, algorithm.cost_scale,
-                                    escalation.top_k, escalation.siblings))
+                escalation_outcomes(
+                    draw,
+                    self._escalation,
+                    algorithm.cost_floor,
+                    algorithm.cost_scale,
+                    escalation.top_k,
+                    escalation.siblings,
+                )
+            )
         return self._states[key]
 
     def prompt_ids(self, draw: PromptDraw, outcome: LabelOutcomes | None = None) -> list[int]:
         from toolorchestra.train.rollout import question_text
 
         trainer = self.trainer
-        messages = initial_messages(draw.tools, question_text(draw.task, trainer.config.data.max_question_chars),
-                                    draw.preference, draw.wording, task_rules(draw.task))
+        messages = initial_messages(
+            draw.tools,
+            question_text(draw.task, trainer.config.data.max_question_chars),
+            draw.preference,
+            draw.wording,
+            task_rules(draw.task),
+        )
         if outcome is not None:
             messages += outcome.history
         return trainer.renderer.prompt_ids(messages, [tool.schema() for tool in draw.tools])
 
     def call_ids(self, outcome: LabelOutcomes) -> list[list[int]]:
         renderer = self.trainer.renderer
-        calls = [renderer.encode(render_tool_call(outcome.call(index))) + [renderer.end_of_turn_id]
-                 for index in range(len(outcome.labels))]
+        calls = [
+            renderer.encode(render_tool_call(outcome.call(index))) + [renderer.end_of_turn_id]
+            for index in range(len(outcome.labels))
+        ]
         if self.trainer.config.counterfactual.score == "label":
             calls = label_spans(calls)
         return calls
@@ -263,12 +336,16 @@ class CounterfactualRecipe:
         usable = [(draw, outcome) for draw in draws for outcome in self.draw_outcomes(draw)]
         stems: list[list[int]] = []
         if not usable:
-            raise TrainingError("recipe counterfactual: no draw of this step offers an answer tool "
-                                "with model labels; this estimator trains the answer-label decision only")
+            raise TrainingError(
+                "recipe counterfactual: no draw of this step offers an answer tool "
+                "with model labels; this estimator trains the answer-label decision only"
+            )
         errors = sorted({error for _, outcome in usable for error in outcome.errors})
         if all(len(outcome.errors) == len(outcome.labels) for _, outcome in usable):
-            raise TrainingError("every answer call of this step failed, so there is nothing to learn from; first "
-                                f"errors: {'; '.join(errors[:3])}")
+            raise TrainingError(
+                "every answer call of this step failed, so there is nothing to learn from; first "
+                f"errors: {'; '.join(errors[:3])}"
+            )
         # One scored row per state and tool: a state's calls of one tool share their opening tokens
         # (`<tool_call>` ... `"model": "`), which join the row's prompt, so only the short label tails are scored
         # per call; the opening's log-prob is added back to each call of the row (it cancels in q when the
@@ -297,17 +374,23 @@ class CounterfactualRecipe:
         actor, algorithm, section = config.actor, config.algorithm, config.counterfactual
         stats, total_loss = _Stats(), 0.0
         # the stems are scored as prompt tails, so no shared prefix may reach into them
-        limits = [len(prompt) - len(stem) for prompt, stem in zip(prompts, stems)]
+        limits = [len(prompt) - len(stem) for prompt, stem in zip(prompts, stems, strict=True)]
         # advantages over each state's counterfactual group of calls, scaled as algorithm.norm_adv_by_std says
-        step_advantages = batch_advantages([outcome.learning_targets for _, outcome in usable],
-                                           algorithm.norm_adv_by_std)
+        step_advantages = batch_advantages(
+            [outcome.learning_targets for _, outcome in usable], algorithm.norm_adv_by_std
+        )
         by_task = config.sampler.preference_contrast or len(prompts) > len(usable)
-        for shared, local, indices in self._chunks(prompts, [usable[row_state[row]][0].task.id for row in
-                                                             range(len(prompts))], limits, by_task):
-            scores = shared.score(local, [calls[i] for i in indices], config.rollout.temperature,
-                                  prompt_tails=[len(stems[i]) for i in indices])
+        for shared, local, indices in self._chunks(
+            prompts, [usable[row_state[row]][0].task.id for row in range(len(prompts))], limits, by_task
+        ):
+            scores = shared.score(
+                local,
+                [calls[i] for i in indices],
+                config.rollout.temperature,
+                prompt_tails=[len(stems[i]) for i in indices],
+            )
             rows_of_state: dict[int, list[tuple[int, Any]]] = {}
-            for row, scored in zip(indices, scores):
+            for row, scored in zip(indices, scores, strict=True):
                 rows_of_state.setdefault(row_state[row], []).append((row, scored))
             losses, errors_of_chunk = [], []
             for index, rows in rows_of_state.items():
@@ -316,8 +399,7 @@ class CounterfactualRecipe:
                 joined = torch.cat([scored[:-1] + scored[-1] for _, scored in rows])
                 label_logp = joined[torch.argsort(torch.tensor(order, device=joined.device))]
                 outcome = usable[index][1]
-                advantages = torch.tensor(step_advantages[index], dtype=torch.float32,
-                                          device=label_logp.device)
+                advantages = torch.tensor(step_advantages[index], dtype=torch.float32, device=label_logp.device)
                 log_q = torch.log_softmax(label_logp, -1)
                 q = log_q.exp()
                 entropy = -(q * log_q).sum()
@@ -335,12 +417,17 @@ class CounterfactualRecipe:
                 elif section.loss == "regression":
                     error = _regression_error(label_logp, advantages, section.tau)
                     errors_of_chunk.append(error)  # flat groups still count in the preference contrast
-                    route_loss = torch.zeros((), device=label_logp.device) if flat else (error ** 2).mean()
+                    route_loss = torch.zeros((), device=label_logp.device) if flat else (error**2).mean()
                 else:
                     route_loss = -(q * advantages).sum()  # A = 0 everywhere for a flat group
                 losses.append(route_loss - actor.entropy_coeff * entropy - section.format_coef * log_valid)
-                stats.add(outcome, q.detach().tolist(), float(entropy.detach()), float(log_valid.detach()),
-                          preference_kind(usable[index][0].preference))
+                stats.add(
+                    outcome,
+                    q.detach().tolist(),
+                    float(entropy.detach()),
+                    float(log_valid.detach()),
+                    preference_kind(usable[index][0].preference),
+                )
             loss = torch.stack(losses).sum()
             if config.sampler.preference_contrast and section.contrast_weight != 1.0 and len(errors_of_chunk) > 1:
                 # This chunk is one task under several preferences. Its regression error splits into the part
@@ -357,9 +444,15 @@ class CounterfactualRecipe:
         trainer.policy.eval()
         done = time.perf_counter()
         train_tokens = sum(len(p) for p in prompts) + sum(len(c) for cs in calls for c in cs)
-        return {**stats.metrics(), "actor/pg_loss": total_loss, "actor/grad_norm": grad_norm,
-                "prepare_time_s": prepared - started, "update_time_s": done - prepared,
-                "train_tokens": train_tokens, "train_tokens_per_s": train_tokens / max(done - prepared, 1e-9)}, []
+        return {
+            **stats.metrics(),
+            "actor/pg_loss": total_loss,
+            "actor/grad_norm": grad_norm,
+            "prepare_time_s": prepared - started,
+            "update_time_s": done - prepared,
+            "train_tokens": train_tokens,
+            "train_tokens_per_s": train_tokens / max(done - prepared, 1e-9),
+        }, []
 
     def _chunks(self, prompts: list[list[int]], task_ids: list[str], limits: list[int], by_task: bool) -> Any:
         """(SharedPrefix, indices into it, indices into the step's prompts) to score together; each prefix's
@@ -375,8 +468,13 @@ class CounterfactualRecipe:
                 groups.setdefault(task_id, []).append(index)
             root = SharedPrefix(trainer.policy, prompts, pad_id, limit=min(limits))  # the system message
             for indices in groups.values():
-                shared = SharedPrefix(trainer.policy, [prompts[i] for i in indices], pad_id,
-                                      limit=min(limits[i] for i in indices), parent=root)  # + the question
+                shared = SharedPrefix(
+                    trainer.policy,
+                    [prompts[i] for i in indices],
+                    pad_id,
+                    limit=min(limits[i] for i in indices),
+                    parent=root,
+                )  # + the question
                 yield shared, list(range(len(indices))), indices
                 shared.backward()
             root.backward()
@@ -408,7 +506,7 @@ def label_spans(calls: list[list[int]]) -> list[list[int]]:
     closing = common_prefix_length([call[::-1] for call in calls])
     shortest = min(len(call) for call in calls)
     closing = min(closing, shortest - 1)
-    return [call[:len(call) - closing + 1] if closing > 1 else list(call) for call in calls]
+    return [call[: len(call) - closing + 1] if closing > 1 else list(call) for call in calls]
 
 
 def _regression_error(label_logp: torch.Tensor, advantages: torch.Tensor, tau: float) -> torch.Tensor:
@@ -437,27 +535,28 @@ class _Stats:
         self.by_preference: dict[str, list[tuple[float, float]]] = {}
         self.matches: dict[int, list[float]] = {}
 
-    def add(self, outcome: LabelOutcomes, q: list[float], entropy: float, log_valid: float,
-            preference: str) -> None:
+    def add(self, outcome: LabelOutcomes, q: list[float], entropy: float, log_valid: float, preference: str) -> None:
         best = max(range(len(q)), key=q.__getitem__)
         if outcome.actions is not None:  # escalation states: does the greedy call match the target's, per turn
             targets = outcome.learning_targets
             turn = sum(message.get("role") == "tool" for message in outcome.history)
             self.matches.setdefault(turn, []).append(float(targets[best] == max(targets)))
         self.by_preference.setdefault(preference, []).append((float(outcome.correct[best]), outcome.cost[best]))
-        self.rows.append({
-            "reward/mean": sum(p * r for p, r in zip(q, outcome.rewards)),
-            "reward/best_possible": max(outcome.rewards),
-            "accuracy": sum(p for p, ok in zip(q, outcome.correct) if ok),
-            "cost_usd": sum(p * c for p, c in zip(q, outcome.cost)),
-            "latency_s": sum(p * s for p, s in zip(q, outcome.latency)),
-            "argmax/accuracy": float(outcome.correct[best]),
-            "argmax/cost_usd": outcome.cost[best],
-            "valid_frac": math.exp(min(log_valid, 0.0)),
-            "flat_frac": float(max(outcome.rewards) == min(outcome.rewards)),
-            "actor/entropy": entropy,
-        })
-        for model, p in zip(outcome.models, q):
+        self.rows.append(
+            {
+                "reward/mean": sum(p * r for p, r in zip(q, outcome.rewards, strict=True)),
+                "reward/best_possible": max(outcome.rewards),
+                "accuracy": sum(p for p, ok in zip(q, outcome.correct, strict=True) if ok),
+                "cost_usd": sum(p * c for p, c in zip(q, outcome.cost, strict=True)),
+                "latency_s": sum(p * s for p, s in zip(q, outcome.latency, strict=True)),
+                "argmax/accuracy": float(outcome.correct[best]),
+                "argmax/cost_usd": outcome.cost[best],
+                "valid_frac": math.exp(min(log_valid, 0.0)),
+                "flat_frac": float(max(outcome.rewards) == min(outcome.rewards)),
+                "actor/entropy": entropy,
+            }
+        )
+        for model, p in zip(outcome.models, q, strict=True):
             self.mass[model] = self.mass.get(model, 0.0) + p
 
     def metrics(self) -> dict[str, float]:

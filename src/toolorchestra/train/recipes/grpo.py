@@ -39,16 +39,23 @@ class GRPORecipe:
         check_rollouts(episodes, trainer.global_step + 1)  # a broken env stops the run with its errors
         rollout_time = time.perf_counter() - started
         groups = [[episode for episode in episodes if episode.group == index] for index in range(len(draws))]
-        rewards = [group_rewards([e.features() for e in group], [e.correct for e in group],
-                                 with_cost_floor(draws[index].preference.weights(), config.algorithm.cost_floor,
-                                                 config.algorithm.cost_scale))
-                   for index, group in enumerate(groups)]
+        rewards = [
+            group_rewards(
+                [e.features() for e in group],
+                [e.correct for e in group],
+                with_cost_floor(
+                    draws[index].preference.weights(), config.algorithm.cost_floor, config.algorithm.cost_scale
+                ),
+            )
+            for index, group in enumerate(groups)
+        ]
         advantages = batch_advantages(rewards, config.algorithm.norm_adv_by_std)
-        for group, group_rewards_, group_advantages_ in zip(groups, rewards, advantages):
-            for episode, reward, advantage in zip(group, group_rewards_, group_advantages_):
+        for group, group_rewards_, group_advantages_ in zip(groups, rewards, advantages, strict=True):
+            for episode, reward, advantage in zip(group, group_rewards_, group_advantages_, strict=True):
                 episode.reward, episode.advantage = reward, advantage
-        kept, filter_metrics = filter_episodes(groups, rewards, config.grpo.filter_min_reward_std,
-                                               config.grpo.filter_invalid)
+        kept, filter_metrics = filter_episodes(
+            groups, rewards, config.grpo.filter_min_reward_std, config.grpo.filter_invalid
+        )
         update_started = time.perf_counter()
         update_metrics = self.update(kept) if kept else {}
         update_time = time.perf_counter() - update_started
@@ -57,12 +64,15 @@ class GRPORecipe:
         metrics.update(filter_metrics)
         metrics.update(update_metrics)
         generated = sum(sum(episode.loss_mask) for episode in episodes)
-        metrics.update({
-            "generated_tokens": generated,
-            "prefill_tokens_saved": trainer.rollout.prefill_stats["prefill_tokens_saved"] - saved_before,
-            "rollout_time_s": rollout_time, "update_time_s": update_time,
-            "tokens_per_s": generated / rollout_time if rollout_time > 0 else 0.0,
-        })
+        metrics.update(
+            {
+                "generated_tokens": generated,
+                "prefill_tokens_saved": trainer.rollout.prefill_stats["prefill_tokens_saved"] - saved_before,
+                "rollout_time_s": rollout_time,
+                "update_time_s": update_time,
+                "tokens_per_s": generated / rollout_time if rollout_time > 0 else 0.0,
+            }
+        )
         if update_metrics.get("train_tokens"):
             metrics["train_tokens_per_s"] = update_metrics["train_tokens"] / max(update_time, 1e-9)
         return metrics, episodes
@@ -76,8 +86,9 @@ class GRPORecipe:
         trainer, config = self.trainer, self.trainer.config
         actor = config.actor
         temperature = config.rollout.temperature
-        ids, attention, mask = pad_rows([(e.token_ids, e.loss_mask) for e in episodes], trainer.rollout.pad_id,
-                                        trainer.policy.device)
+        ids, attention, mask = pad_rows(
+            [(e.token_ids, e.loss_mask) for e in episodes], trainer.rollout.pad_id, trainer.policy.device
+        )
         advantages = torch.tensor([episode.advantage for episode in episodes], dtype=torch.float32, device=ids.device)
         minibatches = _split(list(range(len(episodes))), config.data.train_batch_size // actor.ppo_mini_batch_size)
         # With one update per batch the policy that sampled is the policy being scored, so the "old" log-probs
@@ -91,21 +102,27 @@ class GRPORecipe:
             for minibatch in minibatches:
                 global_tokens = int(mask[minibatch].sum())
                 for start in range(0, len(minibatch), actor.ppo_micro_batch_size):
-                    rows = minibatch[start:start + actor.ppo_micro_batch_size]
-                    logprobs, entropy = trainer.logprobs(ids[rows], attention[rows], mask[rows], temperature,
-                                                         with_entropy=on_policy)
+                    rows = minibatch[start : start + actor.ppo_micro_batch_size]
+                    logprobs, entropy = trainer.logprobs(
+                        ids[rows], attention[rows], mask[rows], temperature, with_entropy=on_policy
+                    )
                     if on_policy:
                         old = logprobs.detach()
                         entropy_sum += float((entropy * mask[rows]).sum())
                     else:
                         old = old_logprobs[rows]
                     loss, stats = policy_loss(
-                        logprobs, old, advantages[rows], mask[rows],
-                        clip_ratio_low=actor.clip_ratio_low, clip_ratio_high=actor.clip_ratio_high,
+                        logprobs,
+                        old,
+                        advantages[rows],
+                        mask[rows],
+                        clip_ratio_low=actor.clip_ratio_low,
+                        clip_ratio_high=actor.clip_ratio_high,
                         clip_ratio_c=actor.clip_ratio_c,
                         ref_logprobs=ref_logprobs[rows] if ref_logprobs is not None else None,
                         kl_coef=actor.kl_loss_coef if actor.use_kl_loss else 0.0,
-                        loss_agg_mode=actor.loss_agg_mode, global_tokens=max(global_tokens, 1),
+                        loss_agg_mode=actor.loss_agg_mode,
+                        global_tokens=max(global_tokens, 1),
                         global_sequences=len(minibatch),
                     )
                     loss.backward()
@@ -143,8 +160,9 @@ class GRPORecipe:
             for start in range(0, ids.shape[0], micro):
                 rows = slice(start, start + micro)
                 if record_old:
-                    logprobs, entropy = trainer.logprobs(ids[rows], attention[rows], mask[rows], temperature,
-                                                         with_entropy=True)
+                    logprobs, entropy = trainer.logprobs(
+                        ids[rows], attention[rows], mask[rows], temperature, with_entropy=True
+                    )
                     old_parts.append(logprobs)
                     entropy_sum += float((entropy * mask[rows]).sum())
                 if config.actor.use_kl_loss:
@@ -158,13 +176,18 @@ class GRPORecipe:
         pass
 
 
-def filter_episodes(groups: list[list[Episode]], rewards: list[list[float]], min_reward_std: float,
-                    drop_invalid: bool) -> tuple[list[Episode], dict[str, float]]:
+def filter_episodes(
+    groups: list[list[Episode]], rewards: list[list[float]], min_reward_std: float, drop_invalid: bool
+) -> tuple[list[Episode], dict[str, float]]:
     """Drop groups whose reward std is below `min_reward_std` (no learning signal), then, if `drop_invalid`,
     episodes without a valid final answer or with malformed calls. Returns the kept episodes and the
     fraction of all episodes each filter dropped."""
     total = sum(len(group) for group in groups)
-    varied = [group for group, group_rewards_ in zip(groups, rewards) if reward_std(group_rewards_) >= min_reward_std]
+    varied = [
+        group
+        for group, group_rewards_ in zip(groups, rewards, strict=True)
+        if reward_std(group_rewards_) >= min_reward_std
+    ]
     after_std = [episode for group in varied for episode in group]
     kept = [episode for episode in after_std if episode.valid] if drop_invalid else after_std
     return kept, {

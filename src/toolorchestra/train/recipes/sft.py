@@ -59,13 +59,18 @@ def build_answer_examples(trainer: Trainer, errors: list[str] | None = None) -> 
     examples = []
     loop = asyncio.new_event_loop()
     try:
-        for task in trainer.tasks[:trainer.config.sft.max_tasks]:
+        for task in trainer.tasks[: trainer.config.sft.max_tasks]:
             draw = sampler.draw(task)
             call = loop.run_until_complete(_best_answer_call(trainer, draw, errors))
             if call is None:
                 continue
-            messages = initial_messages(draw.tools, question_text(task, trainer.config.data.max_question_chars),
-                                        draw.preference, draw.wording, task_rules(task))
+            messages = initial_messages(
+                draw.tools,
+                question_text(task, trainer.config.data.max_question_chars),
+                draw.preference,
+                draw.wording,
+                task_rules(task),
+            )
             prompt = renderer.prompt_ids(messages, [tool.schema() for tool in draw.tools])
             target = renderer.encode(render_tool_call(call)) + [renderer.end_of_turn_id]
             examples.append((prompt + target, [0] * len(prompt) + [1] * len(target)))
@@ -87,8 +92,11 @@ def build_gold_examples(trainer: Trainer, errors: list[str] | None = None) -> li
     # A seeded sample, not the first tasks: a toolscale split is ordered by domain.
     count = min(trainer.config.sft.max_tasks, len(trainer.tasks))
     rng = random.Random(trainer.config.seed)
-    tasks = sample_by_subtask(trainer.tasks, count, rng) if trainer.config.sft.sample == "by_subtask" else \
-        rng.sample(trainer.tasks, count)
+    tasks = (
+        sample_by_subtask(trainer.tasks, count, rng)
+        if trainer.config.sft.sample == "by_subtask"
+        else rng.sample(trainer.tasks, count)
+    )
     examples = []
     loop = asyncio.new_event_loop()
     try:
@@ -97,8 +105,10 @@ def build_gold_examples(trainer: Trainer, errors: list[str] | None = None) -> li
             if not isinstance(actions, list):
                 continue
             draw = sampler.draw(task)
-            calls = [ToolCall(id=f"call_{turn}", name=str(action["name"]), arguments=dict(action["arguments"]))
-                     for turn, action in enumerate(actions)]
+            calls = [
+                ToolCall(id=f"call_{turn}", name=str(action["name"]), arguments=dict(action["arguments"]))
+                for turn, action in enumerate(actions)
+            ]
             calls.append(ToolCall(id=f"call_{len(actions)}", name="answer", arguments={"answer": gold_answer(task)}))
             example = loop.run_until_complete(_gold_episode(trainer, draw, calls, errors))
             if example is not None:
@@ -123,14 +133,20 @@ def sample_by_subtask(tasks: list[Task], count: int, rng: random.Random) -> list
     return picked
 
 
-async def _gold_episode(trainer: Trainer, draw: PromptDraw, calls: list[ToolCall],
-                        errors: list[str] | None) -> Example | None:
+async def _gold_episode(
+    trainer: Trainer, draw: PromptDraw, calls: list[ToolCall], errors: list[str] | None
+) -> Example | None:
     """Play the gold calls one per turn through the episode engine, rendering each turn as the rollout
     engine does."""
     renderer = trainer.renderer
     tools = {tool.name: tool for tool in draw.tools}
-    messages = initial_messages(draw.tools, question_text(draw.task, trainer.config.data.max_question_chars),
-                                draw.preference, draw.wording, task_rules(draw.task))
+    messages = initial_messages(
+        draw.tools,
+        question_text(draw.task, trainer.config.data.max_question_chars),
+        draw.preference,
+        draw.wording,
+        task_rules(draw.task),
+    )
     ids = renderer.prompt_ids(messages, [tool.schema() for tool in draw.tools])
     mask = [0] * len(ids)
     trajectory = Trajectory(task_id=draw.task.id, messages=messages)
@@ -209,8 +225,13 @@ def run_sft(trainer: Trainer, on_step: Callable[[int, float], None] | None = Non
         if on_step is not None:
             on_step(len(losses), losses[-1])
     trainer.policy.eval()
-    return {"sft_examples": len(examples), "sft_steps": config.steps, "sft_loss_first": losses[0],
-            "sft_loss_last": losses[-1], "sft_losses": losses}
+    return {
+        "sft_examples": len(examples),
+        "sft_steps": config.steps,
+        "sft_loss_first": losses[0],
+        "sft_loss_last": losses[-1],
+        "sft_losses": losses,
+    }
 
 
 def _prompt_groups(examples: list[Example], min_shared: int = 256) -> list[list[int]]:
@@ -225,14 +246,19 @@ def _prompt_groups(examples: list[Example], min_shared: int = 256) -> list[list[
 def _no_examples_message(trainer: Trainer, errors: list[str]) -> str:
     from toolorchestra.train.health import first_distinct, format_errors
 
-    tasks = len(trainer.tasks[:trainer.config.sft.max_tasks])
-    message = (f"the SFT warm start (sft.steps: {trainer.config.sft.steps}) found no example in the first {tasks} "
-               f"training tasks of {trainer.config.data.env}")
+    tasks = len(trainer.tasks[: trainer.config.sft.max_tasks])
+    message = (
+        f"the SFT warm start (sft.steps: {trainer.config.sft.steps}) found no example in the first {tasks} "
+        f"training tasks of {trainer.config.data.env}"
+    )
     if errors:
-        return (f"{message}: {len(errors)} attempts failed. First errors: "
-                f"{format_errors(first_distinct(errors))}")
+        return f"{message}: {len(errors)} attempts failed. First errors: {format_errors(first_distinct(errors))}"
     if trainer.config.sft.targets == "gold_actions":
-        return (f"{message}: sft.targets is gold_actions but no task carries meta gold_actions (the toolscale envs "
-                "do); use sft.targets: answer_labels, or sft.steps: 0 to train without the warm start")
-    return (f"{message}: no answer-tool label answered any of them correctly (or the env offers no answer tool "
-            "with labels); set sft.steps: 0 to train without the warm start")
+        return (
+            f"{message}: sft.targets is gold_actions but no task carries meta gold_actions (the toolscale envs "
+            "do); use sft.targets: answer_labels, or sft.steps: 0 to train without the warm start"
+        )
+    return (
+        f"{message}: no answer-tool label answered any of them correctly (or the env offers no answer tool "
+        "with labels); set sft.steps: 0 to train without the warm start"
+    )

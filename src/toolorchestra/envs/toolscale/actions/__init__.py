@@ -34,8 +34,10 @@ if TYPE_CHECKING:
     from toolorchestra.envs.toolscale.drafts import Draft
     from toolorchestra.envs.toolscale.tasks import Generator
 
-MODULES: dict[str, ModuleType] = {module.__name__.rpartition(".")[2]: module for module in (
-    bank, basketball, ecommerce, medicine, movie, railway, restaurant, school, travel, weather)}
+MODULES: dict[str, ModuleType] = {
+    module.__name__.rpartition(".")[2]: module
+    for module in (bank, basketball, ecommerce, medicine, movie, railway, restaurant, school, travel, weather)
+}
 
 
 def actions_module(domain_name: str) -> ModuleType | None:

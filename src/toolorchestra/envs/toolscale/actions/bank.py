@@ -11,14 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from toolorchestra.envs.toolscale.actions.shared import (
-    AMOUNT_SCHEMA,
-    NOW,
-    existing,
-    money,
-    new_key,
-    positive_amount,
-)
+from toolorchestra.envs.toolscale.actions.shared import AMOUNT_SCHEMA, NOW, existing, money, new_key, positive_amount
 from toolorchestra.envs.toolscale.drafts import Draft, action, fact_text
 from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema
 
@@ -56,8 +49,10 @@ def owned(database: Database, collection: str, key: str, client_id: str, argumen
 def require_funds(account: dict[str, Any], amount: float) -> None:
     available = float(account["balance"]["available"])
     if amount > available:
-        raise ToolFailure(f"insufficient available balance in account {account['account_id']!r}: "
-                          f"available {available}, amount {amount}")
+        raise ToolFailure(
+            f"insufficient available balance in account {account['account_id']!r}: "
+            f"available {available}, amount {amount}"
+        )
 
 
 def usable_beneficiary(database: Database, client_id: str, beneficiary_id: str) -> dict[str, Any]:
@@ -80,17 +75,43 @@ def move(database: Database, client_id: str, account: dict[str, Any], delta: flo
     return balance["current"]
 
 
-def post(database: Database, client_id: str, account: dict[str, Any], amount: float, kind: str, method: str,
-         description: str, related: str | None = None, credit: bool = False) -> str:
+def post(
+    database: Database,
+    client_id: str,
+    account: dict[str, Any],
+    amount: float,
+    kind: str,
+    method: str,
+    description: str,
+    related: str | None = None,
+    credit: bool = False,
+) -> str:
     """Post a transaction moving amount out of (or into, credit) the account; returns its id."""
     balance_after = move(database, client_id, account, amount if credit else -amount)
     key = new_key(database, "transactions")
-    database.create("transactions", key, {
-        "transaction_id": key, "client_id": client_id, "account_id": account["account_id"], "timestamp": NOW,
-        "type": kind, "direction": "credit" if credit else "debit", "amount": amount,
-        "currency": account["currency"], "description": description, "method": method, "status": "posted",
-        "merchant": None, "related_transaction_id": related, "exchange": None, "fees": [], "hold": None,
-        "balance_after": balance_after})
+    database.create(
+        "transactions",
+        key,
+        {
+            "transaction_id": key,
+            "client_id": client_id,
+            "account_id": account["account_id"],
+            "timestamp": NOW,
+            "type": kind,
+            "direction": "credit" if credit else "debit",
+            "amount": amount,
+            "currency": account["currency"],
+            "description": description,
+            "method": method,
+            "status": "posted",
+            "merchant": None,
+            "related_transaction_id": related,
+            "exchange": None,
+            "fees": [],
+            "hold": None,
+            "balance_after": balance_after,
+        },
+    )
     return key
 
 
@@ -102,8 +123,10 @@ def transfer_to_beneficiary(database: Database, arguments: dict[str, Any]) -> An
     source = arguments["from_account_id"]
     account = owned_account(database, client_id, source, "from_account_id")
     if source not in (beneficiary.get("allowed_from_account_ids") or []):
-        raise ToolFailure(f"from_account_id {source!r} is not allowed for beneficiary {beneficiary_id!r} "
-                          f"(allowed: {', '.join(beneficiary.get('allowed_from_account_ids') or []) or 'none'})")
+        raise ToolFailure(
+            f"from_account_id {source!r} is not allowed for beneficiary {beneficiary_id!r} "
+            f"(allowed: {', '.join(beneficiary.get('allowed_from_account_ids') or []) or 'none'})"
+        )
     limit = float((beneficiary.get("transfer_limits") or {}).get("per_transfer_limit") or 0)
     if amount > limit:
         raise ToolFailure(f"amount {amount} exceeds the per-transfer limit {limit} of beneficiary {beneficiary_id!r}")
@@ -111,8 +134,14 @@ def transfer_to_beneficiary(database: Database, arguments: dict[str, Any]) -> An
     name = (beneficiary.get("name") or {}).get("display_name") or beneficiary_id
     description = arguments.get("description") or f"Transfer to {name}"
     key = post(database, client_id, account, amount, "transfer", arguments.get("method", "ACH"), description)
-    return {"transaction_id": key, "from_account_id": source, "beneficiary_id": beneficiary_id, "amount": amount,
-            "currency": account["currency"], "status": "posted"}
+    return {
+        "transaction_id": key,
+        "from_account_id": source,
+        "beneficiary_id": beneficiary_id,
+        "amount": amount,
+        "currency": account["currency"],
+        "status": "posted",
+    }
 
 
 def internal_transfer(database: Database, arguments: dict[str, Any]) -> Any:
@@ -125,16 +154,24 @@ def internal_transfer(database: Database, arguments: dict[str, Any]) -> Any:
     if from_account.get("type") == "credit":
         raise ToolFailure(f"from_account_id {source!r} is a credit account; no cash advance by transfer")
     if from_account["currency"] != to_account["currency"]:
-        raise ToolFailure(f"currencies differ ({from_account['currency']} -> {to_account['currency']}); "
-                          "internal transfers must be in one currency")
+        raise ToolFailure(
+            f"currencies differ ({from_account['currency']} -> {to_account['currency']}); "
+            "internal transfers must be in one currency"
+        )
     require_funds(from_account, amount)
     description = arguments.get("description") or "Internal transfer"
     debit = post(database, client_id, from_account, amount, "transfer", "Internal", description)
-    credit = post(database, client_id, to_account, amount, "transfer", "Internal", description, related=debit,
-                  credit=True)
+    credit = post(
+        database, client_id, to_account, amount, "transfer", "Internal", description, related=debit, credit=True
+    )
     database.update("transactions", debit, "related_transaction_id", credit)
-    return {"debit_transaction_id": debit, "credit_transaction_id": credit, "amount": amount,
-            "currency": from_account["currency"], "status": "posted"}
+    return {
+        "debit_transaction_id": debit,
+        "credit_transaction_id": credit,
+        "amount": amount,
+        "currency": from_account["currency"],
+        "status": "posted",
+    }
 
 
 def loan_payment(database: Database, arguments: dict[str, Any]) -> Any:
@@ -144,13 +181,33 @@ def loan_payment(database: Database, arguments: dict[str, Any]) -> Any:
     account = owned_account(database, client_id, source, "from_account_id")
     require_funds(account, amount)
     method = arguments.get("method", "Internal")
-    key = post(database, client_id, account, amount, "payment", method,
-               arguments.get("description") or f"Loan payment {loan_id}")
-    entry = {"transaction_id": key, "posted_at": NOW, "amount": amount, "currency": account["currency"],
-             "method": method, "principal_component": amount, "interest_component": 0.0, "fees_component": 0.0}
+    key = post(
+        database,
+        client_id,
+        account,
+        amount,
+        "payment",
+        method,
+        arguments.get("description") or f"Loan payment {loan_id}",
+    )
+    entry = {
+        "transaction_id": key,
+        "posted_at": NOW,
+        "amount": amount,
+        "currency": account["currency"],
+        "method": method,
+        "principal_component": amount,
+        "interest_component": 0.0,
+        "fees_component": 0.0,
+    }
     database.update("loans", loan_id, "repayment_history", [*(loan.get("repayment_history") or []), entry])
-    return {"transaction_id": key, "loan_id": loan_id, "amount": amount, "currency": account["currency"],
-            "status": "posted"}
+    return {
+        "transaction_id": key,
+        "loan_id": loan_id,
+        "amount": amount,
+        "currency": account["currency"],
+        "status": "posted",
+    }
 
 
 def verify_beneficiary(database: Database, arguments: dict[str, Any]) -> Any:
@@ -159,8 +216,12 @@ def verify_beneficiary(database: Database, arguments: dict[str, Any]) -> Any:
     old = dict(beneficiary.get("verification") or {})
     if old.get("status") == "verified":
         raise ToolFailure(f"beneficiary {beneficiary_id!r} is already verified")
-    verification = {**old, "status": "verified", "method": arguments.get("method") or old.get("method"),
-                    "verified_at": NOW}
+    verification = {
+        **old,
+        "status": "verified",
+        "method": arguments.get("method") or old.get("method"),
+        "verified_at": NOW,
+    }
     database.update("beneficiaries", beneficiary_id, "verification", verification)
     return {"beneficiary_id": beneficiary_id, "verification": verification}
 
@@ -180,59 +241,126 @@ def add_beneficiary(database: Database, arguments: dict[str, Any]) -> Any:
         raise ToolFailure(f"invalid argument {missing[0]}: required for a beneficiary of type {kind!r}")
     per_transfer, daily = positive_amount(arguments, "per_transfer_limit"), positive_amount(arguments, "daily_limit")
     record = {
-        "beneficiary_id": beneficiary_id, "client_id": client_id,
-        "name": {"display_name": arguments["display_name"], "first_name": arguments.get("first_name"),
-                 "last_name": arguments.get("last_name"), "business_name": arguments.get("business_name")},
+        "beneficiary_id": beneficiary_id,
+        "client_id": client_id,
+        "name": {
+            "display_name": arguments["display_name"],
+            "first_name": arguments.get("first_name"),
+            "last_name": arguments.get("last_name"),
+            "business_name": arguments.get("business_name"),
+        },
         "type": kind,
-        "bank_details": {"bank_name": arguments["bank_name"],
-                         "account_number_masked": arguments["account_number_masked"],
-                         **{k: arguments.get(k) for k in ("routing_number", "iban", "swift_bic")}},
+        "bank_details": {
+            "bank_name": arguments["bank_name"],
+            "account_number_masked": arguments["account_number_masked"],
+            **{k: arguments.get(k) for k in ("routing_number", "iban", "swift_bic")},
+        },
         "address": {"address2": "", **arguments["address"]},
         "allowed_from_account_ids": list(arguments["allowed_from_account_ids"]),
         "transfer_limits": {"per_transfer_limit": per_transfer, "daily_limit": daily},
-        "verification": {"status": "pending", "method": arguments.get("verification_method", "document"),
-                         "verified_at": None},
-        "status": "active", "created_at": NOW, "notes": None}
+        "verification": {
+            "status": "pending",
+            "method": arguments.get("verification_method", "document"),
+            "verified_at": None,
+        },
+        "status": "active",
+        "created_at": NOW,
+        "notes": None,
+    }
     database.create("beneficiaries", beneficiary_id, record)
     database.update("clients", client_id, "beneficiary_ids", [*(holder.get("beneficiary_ids") or []), beneficiary_id])
     return {"beneficiary_id": beneficiary_id, "status": "active", "verification_status": "pending"}
 
 
-ADDRESS = {"type": "object", "additionalProperties": False,
-           "required": ["address1", "city", "state", "zip", "country"],
-           "properties": {name: {"type": "string"} for name in ("address1", "address2", "city", "state", "zip",
-                                                                 "country")}}
+ADDRESS = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["address1", "city", "state", "zip", "country"],
+    "properties": {name: {"type": "string"} for name in ("address1", "address2", "city", "state", "zip", "country")},
+}
 
 
 def specs(domain: Domain) -> list[ToolSpec]:
     description = {"type": "string", "description": "optional; a default text is used when omitted"}
     return [
-        ToolSpec("initiate_transfer_to_beneficiary", "WRITE. Send money from the client's active account to an "
-                 "owned, active, verified beneficiary, within its per-transfer limit and the available balance.",
-                 object_schema({"client_id": ID, "from_account_id": ID, "beneficiary_id": ID, "amount": AMOUNT_SCHEMA},
-                               {"method": {"enum": ["ACH", "Wire"]}, "description": description}),
-                 transfer_to_beneficiary, writes=True, collection="beneficiaries", key_argument="beneficiary_id"),
-        ToolSpec("initiate_internal_transfer", "WRITE. Move money between two active accounts of the same client "
-                 "(same currency; the source may not be a credit account).",
-                 object_schema({"client_id": ID, "from_account_id": ID, "to_account_id": ID, "amount": AMOUNT_SCHEMA},
-                               {"description": description}),
-                 internal_transfer, writes=True, collection="clients", key_argument="client_id"),
-        ToolSpec("make_loan_payment", "WRITE. Pay the client's loan from one of the client's active accounts.",
-                 object_schema({"client_id": ID, "loan_id": ID, "from_account_id": ID, "amount": AMOUNT_SCHEMA},
-                               {"method": {"enum": ["Internal", "ACH", "Wire"]}, "description": description}),
-                 loan_payment, writes=True, collection="loans", key_argument="loan_id"),
-        ToolSpec("verify_beneficiary", "WRITE. Mark the client's own beneficiary as verified.",
-                 object_schema({"client_id": ID, "beneficiary_id": ID}, {"method": TEXT}),
-                 verify_beneficiary, writes=True, collection="beneficiaries", key_argument="beneficiary_id"),
-        ToolSpec("add_beneficiary", "WRITE. Create a beneficiary for the client (verification pending).",
-                 object_schema({"client_id": ID, "beneficiary_id": ID, "type": {"enum": ["individual", "business"]},
-                                "display_name": TEXT, "bank_name": TEXT, "account_number_masked": TEXT,
-                                "address": ADDRESS, "allowed_from_account_ids": {"type": "array", "items": ID,
-                                                                                 "minItems": 1},
-                                "per_transfer_limit": AMOUNT_SCHEMA, "daily_limit": AMOUNT_SCHEMA},
-                               {"first_name": TEXT, "last_name": TEXT, "business_name": TEXT,
-                                "routing_number": TEXT, "iban": TEXT, "swift_bic": TEXT, "verification_method": TEXT}),
-                 add_beneficiary, writes=True, collection="beneficiaries", key_argument="beneficiary_id"),
+        ToolSpec(
+            "initiate_transfer_to_beneficiary",
+            "WRITE. Send money from the client's active account to an "
+            "owned, active, verified beneficiary, within its per-transfer limit and the available balance.",
+            object_schema(
+                {"client_id": ID, "from_account_id": ID, "beneficiary_id": ID, "amount": AMOUNT_SCHEMA},
+                {"method": {"enum": ["ACH", "Wire"]}, "description": description},
+            ),
+            transfer_to_beneficiary,
+            writes=True,
+            collection="beneficiaries",
+            key_argument="beneficiary_id",
+        ),
+        ToolSpec(
+            "initiate_internal_transfer",
+            "WRITE. Move money between two active accounts of the same client "
+            "(same currency; the source may not be a credit account).",
+            object_schema(
+                {"client_id": ID, "from_account_id": ID, "to_account_id": ID, "amount": AMOUNT_SCHEMA},
+                {"description": description},
+            ),
+            internal_transfer,
+            writes=True,
+            collection="clients",
+            key_argument="client_id",
+        ),
+        ToolSpec(
+            "make_loan_payment",
+            "WRITE. Pay the client's loan from one of the client's active accounts.",
+            object_schema(
+                {"client_id": ID, "loan_id": ID, "from_account_id": ID, "amount": AMOUNT_SCHEMA},
+                {"method": {"enum": ["Internal", "ACH", "Wire"]}, "description": description},
+            ),
+            loan_payment,
+            writes=True,
+            collection="loans",
+            key_argument="loan_id",
+        ),
+        ToolSpec(
+            "verify_beneficiary",
+            "WRITE. Mark the client's own beneficiary as verified.",
+            object_schema({"client_id": ID, "beneficiary_id": ID}, {"method": TEXT}),
+            verify_beneficiary,
+            writes=True,
+            collection="beneficiaries",
+            key_argument="beneficiary_id",
+        ),
+        ToolSpec(
+            "add_beneficiary",
+            "WRITE. Create a beneficiary for the client (verification pending).",
+            object_schema(
+                {
+                    "client_id": ID,
+                    "beneficiary_id": ID,
+                    "type": {"enum": ["individual", "business"]},
+                    "display_name": TEXT,
+                    "bank_name": TEXT,
+                    "account_number_masked": TEXT,
+                    "address": ADDRESS,
+                    "allowed_from_account_ids": {"type": "array", "items": ID, "minItems": 1},
+                    "per_transfer_limit": AMOUNT_SCHEMA,
+                    "daily_limit": AMOUNT_SCHEMA,
+                },
+                {
+                    "first_name": TEXT,
+                    "last_name": TEXT,
+                    "business_name": TEXT,
+                    "routing_number": TEXT,
+                    "iban": TEXT,
+                    "swift_bic": TEXT,
+                    "verification_method": TEXT,
+                },
+            ),
+            add_beneficiary,
+            writes=True,
+            collection="beneficiaries",
+            key_argument="beneficiary_id",
+        ),
     ]
 
 
@@ -257,16 +385,33 @@ class BankDrafter:
         self.owner = f"clients/{client_id}"
         self.auth = action("find_client_id_by_email", email=email)
 
-    def draft(self, family: str, request: str, actions: list[dict[str, Any]], refused: dict[str, Any] | None = None,
-              forbid: tuple[str, str, str] | None = None) -> Draft:
+    def draft(
+        self,
+        family: str,
+        request: str,
+        actions: list[dict[str, Any]],
+        refused: dict[str, Any] | None = None,
+        forbid: tuple[str, str, str] | None = None,
+    ) -> Draft:
         forbidden = [{"name": forbid[0], "argument": forbid[1], "value": forbid[2]}] if forbid else []
-        return Draft(family, self.owner, f"Hi, my email is {self.email}. {request}", [self.auth, *actions],
-                     forbidden=forbidden, refused=[refused] if refused else [])
+        return Draft(
+            family,
+            self.owner,
+            f"Hi, my email is {self.email}. {request}",
+            [self.auth, *actions],
+            forbidden=forbidden,
+            refused=[refused] if refused else [],
+        )
 
     def transfer_call(self, account: dict[str, Any], beneficiary_id: str, amount: float, method: str) -> dict[str, Any]:
-        return action("initiate_transfer_to_beneficiary", client_id=self.client_id,
-                      from_account_id=account["account_id"], beneficiary_id=beneficiary_id, amount=amount,
-                      method=method)
+        return action(
+            "initiate_transfer_to_beneficiary",
+            client_id=self.client_id,
+            from_account_id=account["account_id"],
+            beneficiary_id=beneficiary_id,
+            amount=amount,
+            method=method,
+        )
 
     def beneficiary_tasks(self, beneficiary_id: str, beneficiary: dict[str, Any]) -> list[Draft]:
         accounts = {a["account_id"]: a for a in active_accounts(self.record)}
@@ -277,32 +422,56 @@ class BankDrafter:
         name = (beneficiary.get("name") or {}).get("display_name") or beneficiary_id
         available = float(account["balance"]["available"])
         cap = min(available, float(beneficiary["transfer_limits"]["per_transfer_limit"]))
-        reads = [action("get_beneficiary", beneficiary_id=beneficiary_id),
-                 action("get_account", account_id=account["account_id"])]
+        reads = [
+            action("get_beneficiary", beneficiary_id=beneficiary_id),
+            action("get_account", account_id=account["account_id"]),
+        ]
 
         def ask(amount: float) -> str:
-            return (f"Please send {fact_text(amount)} {account['currency']} from my account "
-                    f"{account['account_id']} to my beneficiary {name} ({beneficiary_id}) by {method}.")
+            return (
+                f"Please send {fact_text(amount)} {account['currency']} from my account "
+                f"{account['account_id']} to my beneficiary {name} ({beneficiary_id}) by {method}."
+            )
 
         forbid = ("initiate_transfer_to_beneficiary", "beneficiary_id", beneficiary_id)
         usable = beneficiary.get("status") == "active" and beneficiary["verification"].get("status") == "verified"
         if not usable:  # suspended, revoked or unverified: the policy forbids any transfer
             amount = round_amount(max(cap, 1.0), 0.2)
-            drafts = [self.draft("action_refusal", ask(amount), reads[:1],
-                                 self.transfer_call(account, beneficiary_id, amount, method), forbid)]
+            drafts = [
+                self.draft(
+                    "action_refusal",
+                    ask(amount),
+                    reads[:1],
+                    self.transfer_call(account, beneficiary_id, amount, method),
+                    forbid,
+                )
+            ]
             if beneficiary.get("status") == "active" and beneficiary["verification"].get("status") == "pending":
-                drafts.append(self.draft("action_write", f"Please verify my beneficiary {name} ({beneficiary_id}).",
-                                         [reads[0], action("verify_beneficiary", client_id=self.client_id,
-                                                           beneficiary_id=beneficiary_id)]))
+                drafts.append(
+                    self.draft(
+                        "action_write",
+                        f"Please verify my beneficiary {name} ({beneficiary_id}).",
+                        [
+                            reads[0],
+                            action("verify_beneficiary", client_id=self.client_id, beneficiary_id=beneficiary_id),
+                        ],
+                    )
+                )
             return drafts
         drafts = []
         if cap >= 1:
             amount = round_amount(cap, self.rng.choice([0.1, 0.25, 0.5]))
-            drafts.append(self.draft("action_write", ask(amount), [*reads, self.transfer_call(account, beneficiary_id,
-                                                                                             amount, method)]))
+            drafts.append(
+                self.draft(
+                    "action_write", ask(amount), [*reads, self.transfer_call(account, beneficiary_id, amount, method)]
+                )
+            )
         over = round_amount(cap * 1.5, 1.0) + 100  # above the limit or the available balance
-        drafts.append(self.draft("action_refusal", ask(over), reads,
-                                 self.transfer_call(account, beneficiary_id, over, method), forbid))
+        drafts.append(
+            self.draft(
+                "action_refusal", ask(over), reads, self.transfer_call(account, beneficiary_id, over, method), forbid
+            )
+        )
         return drafts
 
     def loan_tasks(self, loan_id: str, loan: dict[str, Any]) -> list[Draft]:
@@ -311,11 +480,18 @@ class BankDrafter:
             return []
         due = [entry for entry in loan.get("payment_schedule") or [] if entry.get("status") != "paid"]
         amount = float(due[0]["amount"]) if due else round_amount(float(loan["principal"]), 0.02)
-        request = (f"Please pay {fact_text(amount)} {account['currency']} toward my loan {loan_id} "
-                   f"from my account {account['account_id']}.")
+        request = (
+            f"Please pay {fact_text(amount)} {account['currency']} toward my loan {loan_id} "
+            f"from my account {account['account_id']}."
+        )
         reads = [action("get_loan", loan_id=loan_id), action("get_account", account_id=account["account_id"])]
-        pay = action("make_loan_payment", client_id=self.client_id, loan_id=loan_id,
-                     from_account_id=account["account_id"], amount=amount)
+        pay = action(
+            "make_loan_payment",
+            client_id=self.client_id,
+            loan_id=loan_id,
+            from_account_id=account["account_id"],
+            amount=amount,
+        )
         if amount <= float(account["balance"]["available"]):
             return [self.draft("action_write", request, [*reads, pay])]
         return [self.draft("action_refusal", request, reads, pay, ("make_loan_payment", "loan_id", loan_id))]
@@ -328,12 +504,21 @@ class BankDrafter:
             amount = round_amount(float(source["balance"]["available"]), self.rng.choice([0.1, 0.2, 0.3]))
             if amount <= 0:
                 continue
-            call = action("initiate_internal_transfer", client_id=self.client_id, from_account_id=source["account_id"],
-                          to_account_id=target["account_id"], amount=amount)
-            request = (f"Please move {fact_text(amount)} {source['currency']} from my account {source['account_id']} "
-                       f"to my account {target['account_id']}.")
-            reads = [action("get_account", account_id=source["account_id"]),
-                     action("get_account", account_id=target["account_id"])]
+            call = action(
+                "initiate_internal_transfer",
+                client_id=self.client_id,
+                from_account_id=source["account_id"],
+                to_account_id=target["account_id"],
+                amount=amount,
+            )
+            request = (
+                f"Please move {fact_text(amount)} {source['currency']} from my account {source['account_id']} "
+                f"to my account {target['account_id']}."
+            )
+            reads = [
+                action("get_account", account_id=source["account_id"]),
+                action("get_account", account_id=target["account_id"]),
+            ]
             if source.get("type") == "credit" or amount > float(source["balance"]["available"]):
                 drafts.append(self.draft("action_refusal", request, reads, call))
             else:
@@ -350,25 +535,31 @@ class BankDrafter:
         name, bank, address = template["name"], template["bank_details"], template["address"]
         limit = float(template["transfer_limits"]["per_transfer_limit"])
         arguments: dict[str, Any] = {
-            "client_id": self.client_id, "beneficiary_id": new_id, "type": template["type"],
-            "display_name": name["display_name"], "bank_name": bank["bank_name"],
+            "client_id": self.client_id,
+            "beneficiary_id": new_id,
+            "type": template["type"],
+            "display_name": name["display_name"],
+            "bank_name": bank["bank_name"],
             "account_number_masked": bank["account_number_masked"],
             "address": {k: address[k] for k in ("address1", "city", "state", "zip", "country")},
-            "allowed_from_account_ids": [sources[0]["account_id"]], "per_transfer_limit": limit,
-            "daily_limit": float(template["transfer_limits"]["daily_limit"])}
-        who = (f"{name['first_name']} {name['last_name']}" if template["type"] == "individual"
-               else name["business_name"])
+            "allowed_from_account_ids": [sources[0]["account_id"]],
+            "per_transfer_limit": limit,
+            "daily_limit": float(template["transfer_limits"]["daily_limit"]),
+        }
+        who = f"{name['first_name']} {name['last_name']}" if template["type"] == "individual" else name["business_name"]
         if template["type"] == "individual":
             arguments.update(first_name=name["first_name"], last_name=name["last_name"])
         else:
             arguments["business_name"] = name["business_name"]
         place = arguments["address"]
-        request = (f"Please add a new {template['type']} beneficiary with beneficiary id {new_id}: {who}, display "
-                   f"name '{name['display_name']}', bank {bank['bank_name']}, account "
-                   f"{bank['account_number_masked']}, address {place['address1']}, {place['city']}, "
-                   f"{place['state']} {place['zip']}, {place['country']}; allow transfers from my account "
-                   f"{sources[0]['account_id']}; per-transfer limit {fact_text(limit)}, "
-                   f"daily limit {fact_text(arguments['daily_limit'])}. No other details.")
+        request = (
+            f"Please add a new {template['type']} beneficiary with beneficiary id {new_id}: {who}, display "
+            f"name '{name['display_name']}', bank {bank['bank_name']}, account "
+            f"{bank['account_number_masked']}, address {place['address1']}, {place['city']}, "
+            f"{place['state']} {place['zip']}, {place['country']}; allow transfers from my account "
+            f"{sources[0]['account_id']}; per-transfer limit {fact_text(limit)}, "
+            f"daily limit {fact_text(arguments['daily_limit'])}. No other details."
+        )
         return [self.draft("action_write", request, [action("add_beneficiary", **arguments)])]
 
 

@@ -29,8 +29,12 @@ if TYPE_CHECKING:
 
 GAMES, PLAYERS = "games", "players"
 TEXT = {"type": "string", "minLength": 1}
-TRANSITIONS = {"scheduled": ("in_progress", "postponed"), "postponed": ("scheduled",), "in_progress": ("final",),
-               "final": ()}
+TRANSITIONS = {
+    "scheduled": ("in_progress", "postponed"),
+    "postponed": ("scheduled",),
+    "in_progress": ("final",),
+    "final": (),
+}
 STATUSES = tuple(TRANSITIONS)
 POINTS = {"2PT": 2, "3PT": 3, "FT": 1}
 ADDRESS_FIELDS = ("street", "city", "state", "country", "zip")
@@ -65,8 +69,9 @@ def modify_player_address(database: Database, arguments: dict[str, Any]) -> Any:
     player(database, player_id)
     blank = [name for name in ADDRESS_FIELDS if not arguments[name].strip()]
     if blank:
-        raise ToolFailure(f"invalid argument {blank[0]}: every address field (street, city, state, country, zip) "
-                          "is required")
+        raise ToolFailure(
+            f"invalid argument {blank[0]}: every address field (street, city, state, country, zip) is required"
+        )
     address = {name: arguments[name].strip() for name in ADDRESS_FIELDS}
     return database.update(PLAYERS, player_id, "address", address)
 
@@ -77,8 +82,10 @@ def update_game_status(database: Database, arguments: dict[str, Any]) -> Any:
     allowed = TRANSITIONS.get(current or "", ())
     if new_status not in allowed:
         after = " or ".join(allowed) if allowed else "no further status (final is terminal)"
-        raise ToolFailure(f"invalid transition {current} -> {new_status} for game {game_id!r}: "
-                          f"a {current} game may only move to {after}")
+        raise ToolFailure(
+            f"invalid transition {current} -> {new_status} for game {game_id!r}: "
+            f"a {current} game may only move to {after}"
+        )
     database.update(GAMES, game_id, "status", new_status)
     return {"game_id": game_id, "old_status": current, "status": new_status}
 
@@ -92,8 +99,13 @@ def record_scoring_event(database: Database, arguments: dict[str, Any]) -> Any:
         raise ToolFailure(f"points {points} do not match event_type {kind} (2PT=2, 3PT=3, FT=1)")
     side = side_of(record, arguments["club_id"])
     player(database, arguments["player_id"])
-    event = {"event_type": kind, "points": points, "club_id": arguments["club_id"],
-             "player_id": arguments["player_id"], "timestamp": arguments["timestamp"]}
+    event = {
+        "event_type": kind,
+        "points": points,
+        "club_id": arguments["club_id"],
+        "player_id": arguments["player_id"],
+        "timestamp": arguments["timestamp"],
+    }
     database.update(GAMES, game_id, "scoring_history", [*(record.get("scoring_history") or []), event])
     score = int(record["clubs"][side].get("score") or 0) + points
     database.update(GAMES, game_id, ["clubs", side, "score"], score)
@@ -103,19 +115,45 @@ def record_scoring_event(database: Database, arguments: dict[str, Any]) -> Any:
 def specs(domain: Domain) -> list[ToolSpec]:
     address = {name: TEXT for name in ADDRESS_FIELDS}
     return [
-        ToolSpec("modify_player_address", "WRITE. Replace the authenticated player's address (street, city, state, "
-                 "country, zip); returns the updated player.", object_schema({"player_id": TEXT, **address}),
-                 modify_player_address, writes=True, collection=PLAYERS, key_argument="player_id"),
-        ToolSpec("update_game_status", "WRITE. Move a game to a new status along the allowed transitions: "
-                 "scheduled -> in_progress|postponed, postponed -> scheduled, in_progress -> final.",
-                 object_schema({"game_id": TEXT, "new_status": {"type": "string", "enum": list(STATUSES)}}),
-                 update_game_status, writes=True, collection=GAMES, key_argument="game_id"),
-        ToolSpec("record_scoring_event", "WRITE. Record a scoring event in an in_progress game (2PT=2, 3PT=3, FT=1 "
-                 "points) for its home or away club; appends it to scoring_history and updates the team score.",
-                 object_schema({"game_id": TEXT, "event_type": {"type": "string", "enum": list(POINTS)},
-                                "points": {"type": "integer", "enum": sorted(set(POINTS.values()))},
-                                "club_id": TEXT, "player_id": TEXT, "timestamp": TEXT}),
-                 record_scoring_event, writes=True, collection=GAMES, key_argument="game_id"),
+        ToolSpec(
+            "modify_player_address",
+            "WRITE. Replace the authenticated player's address (street, city, state, "
+            "country, zip); returns the updated player.",
+            object_schema({"player_id": TEXT, **address}),
+            modify_player_address,
+            writes=True,
+            collection=PLAYERS,
+            key_argument="player_id",
+        ),
+        ToolSpec(
+            "update_game_status",
+            "WRITE. Move a game to a new status along the allowed transitions: "
+            "scheduled -> in_progress|postponed, postponed -> scheduled, in_progress -> final.",
+            object_schema({"game_id": TEXT, "new_status": {"type": "string", "enum": list(STATUSES)}}),
+            update_game_status,
+            writes=True,
+            collection=GAMES,
+            key_argument="game_id",
+        ),
+        ToolSpec(
+            "record_scoring_event",
+            "WRITE. Record a scoring event in an in_progress game (2PT=2, 3PT=3, FT=1 "
+            "points) for its home or away club; appends it to scoring_history and updates the team score.",
+            object_schema(
+                {
+                    "game_id": TEXT,
+                    "event_type": {"type": "string", "enum": list(POINTS)},
+                    "points": {"type": "integer", "enum": sorted(set(POINTS.values()))},
+                    "club_id": TEXT,
+                    "player_id": TEXT,
+                    "timestamp": TEXT,
+                }
+            ),
+            record_scoring_event,
+            writes=True,
+            collection=GAMES,
+            key_argument="game_id",
+        ),
     ]
 
 
@@ -133,13 +171,26 @@ class BasketballDrafter:
                 self.players_of.setdefault(game_id, []).append(key)
         self.anyone = sorted(self.emails)
 
-    def draft(self, family: str, player_id: str, request: str, actions: list[dict[str, Any]],
-              refused: dict[str, Any] | None = None, forbid: tuple[str, ...] = (), game_id: str = "") -> Draft:
+    def draft(
+        self,
+        family: str,
+        player_id: str,
+        request: str,
+        actions: list[dict[str, Any]],
+        refused: dict[str, Any] | None = None,
+        forbid: tuple[str, ...] = (),
+        game_id: str = "",
+    ) -> Draft:
         email = self.emails[player_id]
         forbidden = [{"name": name, "argument": "game_id", "value": game_id} for name in forbid]
-        return Draft(family, f"{PLAYERS}/{player_id}", f"Hi, my email is {email}. {request}",
-                     [action("find_player_id_by_email", email=email), *actions],
-                     forbidden=forbidden, refused=[refused] if refused else [])
+        return Draft(
+            family,
+            f"{PLAYERS}/{player_id}",
+            f"Hi, my email is {email}. {request}",
+            [action("find_player_id_by_email", email=email), *actions],
+            forbidden=forbidden,
+            refused=[refused] if refused else [],
+        )
 
     def requester(self, game_id: str) -> str:
         """A player of the game who can authenticate, else any such player."""
@@ -151,9 +202,16 @@ class BasketballDrafter:
         new = self.rng.choice(others)
         where = ", ".join(new[name] for name in ("street", "city", "state", "zip", "country"))
         call = action("modify_player_address", player_id=player_id, **{name: new[name] for name in ADDRESS_FIELDS})
-        return [self.draft("action_write", player_id, f"I moved; please change my address to {where} "
-                           f"(street {new['street']}, city {new['city']}, state {new['state']}, zip {new['zip']}, "
-                           f"country {new['country']}).", [action("get_player", player_id=player_id), call])]
+        return [
+            self.draft(
+                "action_write",
+                player_id,
+                f"I moved; please change my address to {where} "
+                f"(street {new['street']}, city {new['city']}, state {new['state']}, zip {new['zip']}, "
+                f"country {new['country']}).",
+                [action("get_player", player_id=player_id), call],
+            )
+        ]
 
     def status_tasks(self, game_id: str, record: dict[str, Any]) -> list[Draft]:
         current = record["status"]
@@ -173,25 +231,46 @@ class BasketballDrafter:
             status = self.rng.choice(allowed)
             drafts.append(self.draft("action_write", self.requester(game_id), ask(status), [read, call(status)]))
         wrong = self.rng.choice([s for s in STATUSES if s != current and s not in allowed])
-        drafts.append(self.draft("action_refusal", self.requester(game_id), ask(wrong), [read], call(wrong),
-                                 ("update_game_status", "set_game_status"), game_id))
+        drafts.append(
+            self.draft(
+                "action_refusal",
+                self.requester(game_id),
+                ask(wrong),
+                [read],
+                call(wrong),
+                ("update_game_status", "set_game_status"),
+                game_id,
+            )
+        )
         return drafts
 
     def scorer(self, record: dict[str, Any]) -> tuple[str, str] | None:
         """(club_id, player_id) of a box-score player who exists in the database."""
-        scorers = [(b["club_id"], b["player_id"]) for b in record.get("box_score") or []
-                   if b.get("player_id") in self.base[PLAYERS]]
+        scorers = [
+            (b["club_id"], b["player_id"])
+            for b in record.get("box_score") or []
+            if b.get("player_id") in self.base[PLAYERS]
+        ]
         return self.rng.choice(scorers) if scorers else None
 
     def scoring_call(self, game_id: str, kind: str, points: int, club_id: str, player_id: str) -> dict[str, Any]:
         timestamp = f"Q{self.rng.randint(1, 4)} {self.rng.randint(0, 11):02d}:{self.rng.randint(0, 59):02d}"
-        return action("record_scoring_event", game_id=game_id, event_type=kind, points=points, club_id=club_id,
-                      player_id=player_id, timestamp=timestamp)
+        return action(
+            "record_scoring_event",
+            game_id=game_id,
+            event_type=kind,
+            points=points,
+            club_id=club_id,
+            player_id=player_id,
+            timestamp=timestamp,
+        )
 
     def scoring_request(self, call: dict[str, Any]) -> str:
         a = call["arguments"]
-        return (f"Please record a {a['event_type']} scoring event worth {a['points']} point(s) in game {a['game_id']} "
-                f"for club {a['club_id']} by player {a['player_id']} at {a['timestamp']}.")
+        return (
+            f"Please record a {a['event_type']} scoring event worth {a['points']} point(s) in game {a['game_id']} "
+            f"for club {a['club_id']} by player {a['player_id']} at {a['timestamp']}."
+        )
 
     def scoring_tasks(self, game_id: str, record: dict[str, Any]) -> list[Draft]:
         live = record["status"] == "in_progress"
@@ -207,22 +286,44 @@ class BasketballDrafter:
             for _ in range(2):
                 kind = self.rng.choice(list(POINTS))
                 call = self.scoring_call(game_id, kind, POINTS[kind], *(self.scorer(record) or found))
-                drafts.append(self.draft("action_write", self.requester(game_id), self.scoring_request(call),
-                                         [read, call]))
+                drafts.append(
+                    self.draft("action_write", self.requester(game_id), self.scoring_request(call), [read, call])
+                )
             mismatch = self.scoring_call(game_id, "3PT", 2, club_id, player_id)
-            drafts.append(self.draft("action_refusal", self.requester(game_id), self.scoring_request(mismatch),
-                                     [read], mismatch, forbid, game_id))
+            drafts.append(
+                self.draft(
+                    "action_refusal",
+                    self.requester(game_id),
+                    self.scoring_request(mismatch),
+                    [read],
+                    mismatch,
+                    forbid,
+                    game_id,
+                )
+            )
             playing = {c.get("club_id") for c in record["clubs"].values()}
             outsider = next((c for c in self.base["clubs"] if c not in playing), None)
             if outsider:
                 call = self.scoring_call(game_id, "FT", 1, outsider, player_id)
-                drafts.append(self.draft("action_refusal", self.requester(game_id), self.scoring_request(call),
-                                         [read], call, forbid, game_id))
+                drafts.append(
+                    self.draft(
+                        "action_refusal",
+                        self.requester(game_id),
+                        self.scoring_request(call),
+                        [read],
+                        call,
+                        forbid,
+                        game_id,
+                    )
+                )
             return drafts
         kind = self.rng.choice(list(POINTS))
         call = self.scoring_call(game_id, kind, POINTS[kind], club_id, player_id)
-        return [self.draft("action_refusal", self.requester(game_id), self.scoring_request(call), [read], call,
-                           forbid, game_id)]
+        return [
+            self.draft(
+                "action_refusal", self.requester(game_id), self.scoring_request(call), [read], call, forbid, game_id
+            )
+        ]
 
 
 def drafts(generator: Generator) -> list[Draft]:

@@ -62,10 +62,14 @@ CANCEL_REASONS = ("no longer needed", "ordered by mistake")
 GIFT_CARD = "gift_card"
 IMMEDIATE, LATER = "immediate", "5-7 business days"
 ADDRESSES = (  # (line1, municipality, region, nation, postal_code) for the address changes the tasks ask for
-    ("18 Juniper Lane", "Austin", "TX", "USA", "78701"), ("401 Harbor Drive", "Seattle", "WA", "USA", "98101"),
-    ("77 Chestnut Street", "Boston", "MA", "USA", "02108"), ("2300 Lakeview Avenue", "Chicago", "IL", "USA", "60614"),
-    ("9 Orchard Road", "Denver", "CO", "USA", "80202"), ("1550 Peachtree Street", "Atlanta", "GA", "USA", "30309"),
-    ("640 Sunset Boulevard", "Los Angeles", "CA", "USA", "90028"), ("12 Willow Court", "Madison", "WI", "USA", "53703"),
+    ("18 Juniper Lane", "Austin", "TX", "USA", "78701"),
+    ("401 Harbor Drive", "Seattle", "WA", "USA", "98101"),
+    ("77 Chestnut Street", "Boston", "MA", "USA", "02108"),
+    ("2300 Lakeview Avenue", "Chicago", "IL", "USA", "60614"),
+    ("9 Orchard Road", "Denver", "CO", "USA", "80202"),
+    ("1550 Peachtree Street", "Atlanta", "GA", "USA", "30309"),
+    ("640 Sunset Boulevard", "Los Angeles", "CA", "USA", "90028"),
+    ("12 Willow Court", "Madison", "WI", "USA", "53703"),
 )
 APARTMENTS = ("Apt 2A", "Apt 7C", "Unit 14", "Suite 300", "Apt 11F", "")
 ADDRESS_TASK_SHARE = 0.5  # of the accounts, the share also asking for a second-line (apartment) correction
@@ -84,8 +88,10 @@ def owned_sale(database: Database, arguments: dict[str, Any]) -> dict[str, Any]:
     account(database, account_key)
     record = existing(database, SALES, sale_ref, "sale_ref")
     if record.get("account_key") != account_key:
-        raise ToolFailure(f"sale {sale_ref!r} is not a sale of account {account_key!r}; act only on the "
-                          "authenticated user's own sales")
+        raise ToolFailure(
+            f"sale {sale_ref!r} is not a sale of account {account_key!r}; act only on the "
+            "authenticated user's own sales"
+        )
     return record
 
 
@@ -104,8 +110,11 @@ def funding_source(database: Database, account_key: str, instrument_id: str) -> 
 def identity(record: dict[str, Any]) -> tuple[str, str, str]:
     """What find_account_key_by_name_zip matches on: first and last name (any case) and postal code."""
     person, location = record.get("person") or {}, record.get("location") or {}
-    return (str(person.get("given", "")).lower(), str(person.get("family", "")).lower(),
-            str(location.get("postal_code", "")))
+    return (
+        str(person.get("given", "")).lower(),
+        str(person.get("family", "")).lower(),
+        str(location.get("postal_code", "")),
+    )
 
 
 def refund_timing(database: Database, account_key: str, instrument_id: str | None) -> str:
@@ -114,15 +123,16 @@ def refund_timing(database: Database, account_key: str, instrument_id: str | Non
     return IMMEDIATE if source.get("origin") == GIFT_CARD else LATER
 
 
-
 def sale_lines(record: dict[str, Any], skus: list[str], argument: str) -> list[dict[str, Any]]:
     """One line of the sale per listed sku (duplicates are quantities): all must be in the sale."""
     held = Counter(line.get("unit_sku") for line in record.get("lines") or [])
     for sku, count in Counter(skus).items():
         if held[sku] < count:
             have = f"only {held[sku]}" if held[sku] else "none"
-            raise ToolFailure(f"invalid argument {argument}: {count} x {sku!r} requested but sale "
-                              f"{record['sale_ref']!r} has {have}; the items must exist in the sale")
+            raise ToolFailure(
+                f"invalid argument {argument}: {count} x {sku!r} requested but sale "
+                f"{record['sale_ref']!r} has {have}; the items must exist in the sale"
+            )
     pools: dict[str, list[dict[str, Any]]] = {}
     for line in record.get("lines") or []:
         pools.setdefault(line.get("unit_sku"), []).append(line)
@@ -143,8 +153,9 @@ def find_by_name_zip(database: Database, arguments: dict[str, Any]) -> Any:
     wanted = (arguments["first_name"].strip().lower(), arguments["last_name"].strip().lower(), postal_code)
     keys = [key for key, record in database.records(ACCOUNTS) if identity(record) == wanted]
     if not keys:
-        raise ToolFailure(f"no account with name {arguments['first_name']} {arguments['last_name']} and postal_code "
-                          f"{postal_code!r}")
+        raise ToolFailure(
+            f"no account with name {arguments['first_name']} {arguments['last_name']} and postal_code {postal_code!r}"
+        )
     if len(keys) > 1:  # as find_account_id_by_email: say so rather than pick one silently
         return {"account_keys": keys, "note": "several accounts match this name and postal code"}
     return {"account_key": keys[0]}
@@ -171,19 +182,26 @@ def modify_sale_payment(database: Database, arguments: dict[str, Any]) -> Any:
     require_state(record, "pending", "a payment method change")
     paid = payments(record)
     if len(paid) != 1:
-        raise ToolFailure(f"sale {record['sale_ref']!r} has {len(paid)} payment entries; a payment method change "
-                          "needs exactly one")
+        raise ToolFailure(
+            f"sale {record['sale_ref']!r} has {len(paid)} payment entries; a payment method change needs exactly one"
+        )
     new_id, old = arguments["instrument_id"], paid[0]
     source = funding_source(database, arguments["account_key"], new_id)
     if new_id == old.get("instrument_id"):
-        raise ToolFailure(f"instrument_id {new_id!r} already pays for sale {record['sale_ref']!r}; the new instrument "
-                          "must be different from the current one")
+        raise ToolFailure(
+            f"instrument_id {new_id!r} already pays for sale {record['sale_ref']!r}; the new instrument "
+            "must be different from the current one"
+        )
     payment = {"entry_kind": "payment", "value": old.get("value"), "instrument_id": new_id}
     refund = refund_entry(old)
     database.update(SALES, record["sale_ref"], "ledger", [*(record.get("ledger") or []), payment, refund])
-    return {"sale_ref": record["sale_ref"], "payment": payment, "new_instrument_origin": source.get("origin"),
-            "refund": refund,
-            "refund_timing": refund_timing(database, arguments["account_key"], old.get("instrument_id"))}
+    return {
+        "sale_ref": record["sale_ref"],
+        "payment": payment,
+        "new_instrument_origin": source.get("origin"),
+        "refund": refund,
+        "refund_timing": refund_timing(database, arguments["account_key"], old.get("instrument_id")),
+    }
 
 
 def cancel_sale(database: Database, arguments: dict[str, Any]) -> Any:
@@ -191,15 +209,19 @@ def cancel_sale(database: Database, arguments: dict[str, Any]) -> Any:
     require_state(record, "pending", "cancellation")
     reason = arguments["reason"].strip().lower()
     if reason not in CANCEL_REASONS:
-        raise ToolFailure(f"invalid argument reason: {arguments['reason']!r}; the reason must be one of "
-                          f"{' or '.join(repr(r) for r in CANCEL_REASONS)}")
+        raise ToolFailure(
+            f"invalid argument reason: {arguments['reason']!r}; the reason must be one of "
+            f"{' or '.join(repr(r) for r in CANCEL_REASONS)}"
+        )
     refunds = [refund_entry(entry) for entry in payments(record)]
     ref = record["sale_ref"]
     database.update(SALES, ref, "ledger", [*(record.get("ledger") or []), *refunds])
     database.update(SALES, ref, "cancel_reason", reason)
     database.update(SALES, ref, "state", "cancelled")
-    timing = {entry["instrument_id"]: refund_timing(database, arguments["account_key"], entry["instrument_id"])
-              for entry in refunds}
+    timing = {
+        entry["instrument_id"]: refund_timing(database, arguments["account_key"], entry["instrument_id"])
+        for entry in refunds
+    }
     return {"sale_ref": ref, "state": "cancelled", "reason": reason, "refunds": refunds, "refund_timing": timing}
 
 
@@ -212,14 +234,23 @@ def return_items(database: Database, arguments: dict[str, Any]) -> Any:
     sources = account(database, arguments["account_key"]).get("funding_sources") or {}
     gift_card = (sources.get(instrument_id) or {}).get("origin") == GIFT_CARD
     if instrument_id not in original and not gift_card:
-        raise ToolFailure(f"instrument_id {instrument_id!r} can not receive this refund: it must be the sale's "
-                          "original payment instrument or a gift card on the account")
-    request = {"unit_skus": sorted(arguments["unit_skus"]), "instrument_id": instrument_id,
-               "refund_value": money(sum(float(line.get("unit_price") or 0) for line in lines))}
+        raise ToolFailure(
+            f"instrument_id {instrument_id!r} can not receive this refund: it must be the sale's "
+            "original payment instrument or a gift card on the account"
+        )
+    request = {
+        "unit_skus": sorted(arguments["unit_skus"]),
+        "instrument_id": instrument_id,
+        "refund_value": money(sum(float(line.get("unit_price") or 0) for line in lines)),
+    }
     database.update(SALES, record["sale_ref"], "return_request", request)
     database.update(SALES, record["sale_ref"], "state", "return requested")
-    return {"sale_ref": record["sale_ref"], "state": "return requested", "return_request": request,
-            "note": "the user will receive an email with return instructions"}
+    return {
+        "sale_ref": record["sale_ref"],
+        "state": "return requested",
+        "return_request": request,
+        "note": "the user will receive an email with return instructions",
+    }
 
 
 def exchange_items(database: Database, arguments: dict[str, Any]) -> Any:
@@ -227,68 +258,127 @@ def exchange_items(database: Database, arguments: dict[str, Any]) -> Any:
     require_state(record, "delivered", "an exchange")
     old_skus, new_skus = arguments["unit_skus_old"], arguments["unit_skus_new"]
     if len(old_skus) != len(new_skus):
-        raise ToolFailure(f"unit_skus_old has {len(old_skus)} items and unit_skus_new {len(new_skus)}; they must be "
-                          "the same length, aligned by position")
+        raise ToolFailure(
+            f"unit_skus_old has {len(old_skus)} items and unit_skus_new {len(new_skus)}; they must be "
+            "the same length, aligned by position"
+        )
     lines = sale_lines(record, old_skus, "unit_skus_old")
     new_prices = []
     for line, new_sku in zip(lines, new_skus, strict=True):
         group = database.get(CATALOGUE, str(line.get("catalog_ref"))) or {}
         offering = (group.get("offerings") or {}).get(new_sku)
         if not isinstance(offering, dict):
-            raise ToolFailure(f"unit_sku {new_sku!r} is not an offering of catalogue group {line.get('catalog_ref')!r} "
-                              f"of the item {line.get('unit_sku')!r} it replaces; an exchange stays in the same group")
+            raise ToolFailure(
+                f"unit_sku {new_sku!r} is not an offering of catalogue group {line.get('catalog_ref')!r} "
+                f"of the item {line.get('unit_sku')!r} it replaces; an exchange stays in the same group"
+            )
         if not offering.get("in_stock"):
             raise ToolFailure(f"unit_sku {new_sku!r} is out of stock; every new item must be in stock")
         new_prices.append(float(offering.get("unit_price") or 0))
     funding_source(database, arguments["account_key"], arguments["instrument_id"])
     difference = money(sum(new_prices) - sum(float(line.get("unit_price") or 0) for line in lines))
-    pairs = sorted(({"old": old, "new": new} for old, new in zip(old_skus, new_skus, strict=True)),
-                   key=lambda pair: (pair["old"], pair["new"]))
+    pairs = sorted(
+        ({"old": old, "new": new} for old, new in zip(old_skus, new_skus, strict=True)),
+        key=lambda pair: (pair["old"], pair["new"]),
+    )
     request = {"pairs": pairs, "instrument_id": arguments["instrument_id"], "price_difference": difference}
     database.update(SALES, record["sale_ref"], "exchange_request", request)
     database.update(SALES, record["sale_ref"], "state", "exchange requested")
-    return {"sale_ref": record["sale_ref"], "state": "exchange requested", "exchange_request": request,
-            "note": "the price difference is processed offline; no new order is needed"}
+    return {
+        "sale_ref": record["sale_ref"],
+        "state": "exchange requested",
+        "exchange_request": request,
+        "note": "the price difference is processed offline; no new order is needed",
+    }
 
 
 def specs(domain: Domain) -> list[ToolSpec]:
     address = {name: ({"type": "string"} if name in OPTIONAL_ADDRESS_FIELDS else TEXT) for name in ADDRESS_FIELDS}
     owner, sale = {"account_key": TEXT}, {"account_key": TEXT, "sale_ref": TEXT}
 
-    def write(name: str, description: str, parameters: dict[str, Any], handler: Any,
-              collection: str = SALES, key: str = "sale_ref") -> ToolSpec:
+    def write(
+        name: str,
+        description: str,
+        parameters: dict[str, Any],
+        handler: Any,
+        collection: str = SALES,
+        key: str = "sale_ref",
+    ) -> ToolSpec:
         return write_spec(name, description, object_schema(parameters), handler, collection, key)
 
     return [
-        ToolSpec("find_account_key_by_name_zip", "Find the account_key by first name, last name and postal code "
-                 "(authentication when the email is unknown or fails).",
-                 object_schema({"first_name": TEXT, "last_name": TEXT, "postal_code": TEXT}), find_by_name_zip,
-                 collection=ACCOUNTS),
-        write("modify_account_address", "Replace the account's default address (line2 may be empty).",
-              {**owner, **address}, modify_account_address, ACCOUNTS, "account_key"),
-        write("modify_pending_sale_address", "Replace the delivery address of the account's pending sale.",
-              {**sale, **address}, modify_sale_address),
-        write("modify_pending_sale_payment", "Pay the account's pending sale (exactly one payment entry) with "
-              "another funding source of the account; the original instrument is refunded.",
-              {**sale, "instrument_id": TEXT}, modify_sale_payment),
-        write("cancel_pending_sale", "Cancel the account's pending sale; reason 'no longer needed' or 'ordered by "
-              "mistake'; every payment is refunded to its instrument.",
-              {**sale, "reason": {"type": "string", "minLength": 1,
-                                  "description": "'no longer needed' or 'ordered by mistake'"}}, cancel_sale),
-        write("return_delivered_sale_items", "Request a return of items of the account's delivered sale (list "
-              "every unit, duplicates for quantities), refunded to the original payment instrument or a gift card "
-              "of the account. Only once per sale.", {**sale, "unit_skus": SKUS, "instrument_id": TEXT}, return_items),
-        write("exchange_delivered_sale_items", "Request an exchange of items of the account's delivered sale for "
-              "in-stock offerings of the same catalogue group (unit_skus_new aligned with unit_skus_old); "
-              "instrument_id: a funding source of the account for the price difference. Only once per sale.",
-              {**sale, "unit_skus_old": SKUS, "unit_skus_new": SKUS, "instrument_id": TEXT}, exchange_items),
+        ToolSpec(
+            "find_account_key_by_name_zip",
+            "Find the account_key by first name, last name and postal code "
+            "(authentication when the email is unknown or fails).",
+            object_schema({"first_name": TEXT, "last_name": TEXT, "postal_code": TEXT}),
+            find_by_name_zip,
+            collection=ACCOUNTS,
+        ),
+        write(
+            "modify_account_address",
+            "Replace the account's default address (line2 may be empty).",
+            {**owner, **address},
+            modify_account_address,
+            ACCOUNTS,
+            "account_key",
+        ),
+        write(
+            "modify_pending_sale_address",
+            "Replace the delivery address of the account's pending sale.",
+            {**sale, **address},
+            modify_sale_address,
+        ),
+        write(
+            "modify_pending_sale_payment",
+            "Pay the account's pending sale (exactly one payment entry) with "
+            "another funding source of the account; the original instrument is refunded.",
+            {**sale, "instrument_id": TEXT},
+            modify_sale_payment,
+        ),
+        write(
+            "cancel_pending_sale",
+            "Cancel the account's pending sale; reason 'no longer needed' or 'ordered by "
+            "mistake'; every payment is refunded to its instrument.",
+            {
+                **sale,
+                "reason": {
+                    "type": "string",
+                    "minLength": 1,
+                    "description": "'no longer needed' or 'ordered by mistake'",
+                },
+            },
+            cancel_sale,
+        ),
+        write(
+            "return_delivered_sale_items",
+            "Request a return of items of the account's delivered sale (list "
+            "every unit, duplicates for quantities), refunded to the original payment instrument or a gift card "
+            "of the account. Only once per sale.",
+            {**sale, "unit_skus": SKUS, "instrument_id": TEXT},
+            return_items,
+        ),
+        write(
+            "exchange_delivered_sale_items",
+            "Request an exchange of items of the account's delivered sale for "
+            "in-stock offerings of the same catalogue group (unit_skus_new aligned with unit_skus_old); "
+            "instrument_id: a funding source of the account for the price difference. Only once per sale.",
+            {**sale, "unit_skus_old": SKUS, "unit_skus_new": SKUS, "instrument_id": TEXT},
+            exchange_items,
+        ),
     ]
 
 
 # --- tasks -----------------------------------------------------------------------------------------
 def address_text(address: dict[str, str]) -> str:
-    parts = [address["line1"], address["line2"], address["municipality"], address["region"], address["postal_code"],
-             address["nation"]]
+    parts = [
+        address["line1"],
+        address["line2"],
+        address["municipality"],
+        address["region"],
+        address["postal_code"],
+        address["nation"],
+    ]
     return ", ".join(part for part in parts if part)
 
 
@@ -296,18 +386,31 @@ class EcommerceDrafter:
     """Drafts for one account that can be authenticated unambiguously: by its email when no other account
     shares it, else by name + postal code when those are unique (the policy's second way)."""
 
-    def __init__(self, generator: Generator, account_key: str, record: dict[str, Any], auth: dict[str, Any],
-                 hello: str) -> None:
+    def __init__(
+        self, generator: Generator, account_key: str, record: dict[str, Any], auth: dict[str, Any], hello: str
+    ) -> None:
         self.gen, self.rng, self.key, self.record = generator, generator.rng, account_key, record
         self.auth, self.hello, self.owner = auth, hello, f"{ACCOUNTS}/{account_key}"
         self.base = generator.domain.base
 
-    def draft(self, family: str, request: str, actions: list[dict[str, Any]], refused: dict[str, Any] | None = None,
-              forbid: tuple[str, str] | None = None) -> Draft:
+    def draft(
+        self,
+        family: str,
+        request: str,
+        actions: list[dict[str, Any]],
+        refused: dict[str, Any] | None = None,
+        forbid: tuple[str, str] | None = None,
+    ) -> Draft:
         """forbid: (tool, sale_ref) of a refused sale write; its argument is always sale_ref."""
         forbidden = [{"name": forbid[0], "argument": "sale_ref", "value": forbid[1]}] if forbid else []
-        return Draft(family, self.owner, f"{self.hello} {request}", [self.auth, *actions], forbidden=forbidden,
-                     refused=[refused] if refused else [])
+        return Draft(
+            family,
+            self.owner,
+            f"{self.hello} {request}",
+            [self.auth, *actions],
+            forbidden=forbidden,
+            refused=[refused] if refused else [],
+        )
 
     def named(self, instrument_id: str) -> str:
         """How the user names an instrument: by its origin where it is one of theirs (gift card, paypal
@@ -317,83 +420,137 @@ class EcommerceDrafter:
 
     def new_address(self, current: dict[str, Any]) -> dict[str, str]:
         line1, municipality, region, nation, postal_code = self.rng.choice(
-            [a for a in ADDRESSES if a[0] != current.get("line1")])
-        return {"line1": line1, "line2": self.rng.choice(APARTMENTS), "municipality": municipality, "region": region,
-                "nation": nation, "postal_code": postal_code}
+            [a for a in ADDRESSES if a[0] != current.get("line1")]
+        )
+        return {
+            "line1": line1,
+            "line2": self.rng.choice(APARTMENTS),
+            "municipality": municipality,
+            "region": region,
+            "nation": nation,
+            "postal_code": postal_code,
+        }
 
     # default address ---------------------------------------------------------------------------
     def address_tasks(self) -> list[Draft]:
         """A move to a new default address and, for some, a correction of the second line only."""
         current = dict(self.record.get("location") or {})
         new = self.new_address(current)
-        drafts = [self.draft("action_write", f"I have moved. Please change my default address to {address_text(new)}"
-                             + ("" if new["line2"] else " (no second address line)") + ".",
-                             [action("modify_account_address", account_key=self.key, **new)])]
+        drafts = [
+            self.draft(
+                "action_write",
+                f"I have moved. Please change my default address to {address_text(new)}"
+                + ("" if new["line2"] else " (no second address line)")
+                + ".",
+                [action("modify_account_address", account_key=self.key, **new)],
+            )
+        ]
         if self.rng.random() < ADDRESS_TASK_SHARE and all(isinstance(current.get(f), str) for f in ADDRESS_FIELDS):
             line2 = self.rng.choice([a for a in APARTMENTS if a and a != current.get("line2")])
             fixed = {**{name: current[name] for name in ADDRESS_FIELDS}, "line2": line2}
-            drafts.append(self.draft("action_write", f"The second line of my default address is wrong: it should be "
-                                     f"'{line2}'; the rest stays ({address_text(fixed)}).",
-                                     [action("modify_account_address", account_key=self.key, **fixed)]))
+            drafts.append(
+                self.draft(
+                    "action_write",
+                    f"The second line of my default address is wrong: it should be "
+                    f"'{line2}'; the rest stays ({address_text(fixed)}).",
+                    [action("modify_account_address", account_key=self.key, **fixed)],
+                )
+            )
         return drafts
 
     # sales -------------------------------------------------------------------------------------
     def sale_tasks(self, sale_ref: str, sale: dict[str, Any]) -> list[Draft]:
         if sale.get("state") == "delivered":
             return self.delivered_tasks(sale_ref, sale)
-        requests = [self.cancel_request, self.delivery_request, self.payment_request, self.return_request,
-                    self.exchange_request]
+        requests = [
+            self.cancel_request,
+            self.delivery_request,
+            self.payment_request,
+            self.return_request,
+            self.exchange_request,
+        ]
         chosen = self.rng.sample(requests, SALE_REFUSALS_PER_SALE)
         # all of them need a pending (cancel, delivery, payment) or a delivered sale (return, exchange)
         return [self.refusal(sale_ref, *make(sale_ref, sale)) for make in chosen]
 
     def refusal(self, sale_ref: str, request: str, call: dict[str, Any]) -> Draft:
-        return self.draft("action_refusal", request, [action("get_sale", sale_ref=sale_ref)], call,
-                          (call["name"], sale_ref))
+        return self.draft(
+            "action_refusal", request, [action("get_sale", sale_ref=sale_ref)], call, (call["name"], sale_ref)
+        )
 
     def cancel_request(self, sale_ref: str, sale: dict[str, Any], whose: str = "my") -> tuple[str, dict[str, Any]]:
         reason = self.rng.choice(CANCEL_REASONS)
-        return (f"Please cancel {whose} order {sale_ref}; the reason: {reason}.",
-                action("cancel_pending_sale", account_key=self.key, sale_ref=sale_ref, reason=reason))
+        return (
+            f"Please cancel {whose} order {sale_ref}; the reason: {reason}.",
+            action("cancel_pending_sale", account_key=self.key, sale_ref=sale_ref, reason=reason),
+        )
 
     def delivery_request(self, sale_ref: str, sale: dict[str, Any], whose: str = "my") -> tuple[str, dict[str, Any]]:
         new = self.new_address(sale.get("delivery") or {})
-        return (f"Please send {whose} order {sale_ref} to {address_text(new)} instead.",
-                action("modify_pending_sale_address", account_key=self.key, sale_ref=sale_ref, **new))
+        return (
+            f"Please send {whose} order {sale_ref} to {address_text(new)} instead.",
+            action("modify_pending_sale_address", account_key=self.key, sale_ref=sale_ref, **new),
+        )
 
     def payment_request(self, sale_ref: str, sale: dict[str, Any], whose: str = "my") -> tuple[str, dict[str, Any]]:
         # every account has one card, the one the sale was paid with: the user names a new gift card
         instrument = f"GC-{self.key}"
-        return (f"Please pay for {whose} order {sale_ref} with my gift card {instrument} instead of my card.",
-                action("modify_pending_sale_payment", account_key=self.key, sale_ref=sale_ref,
-                       instrument_id=instrument))
+        return (
+            f"Please pay for {whose} order {sale_ref} with my gift card {instrument} instead of my card.",
+            action("modify_pending_sale_payment", account_key=self.key, sale_ref=sale_ref, instrument_id=instrument),
+        )
 
     def return_request(self, sale_ref: str, sale: dict[str, Any], whose: str = "my") -> tuple[str, dict[str, Any]]:
         skus = [line["unit_sku"] for line in sale.get("lines") or []]
         instrument = (payments(sale) or [{}])[0].get("instrument_id") or f"GC-{self.key}"
-        request = (f"Please return everything in {whose} order {sale_ref} ({', '.join(skus)}), refunded to "
-                   f"{self.named(instrument)}, which it was paid with.")
-        return (request,
-                action("return_delivered_sale_items", account_key=self.key, sale_ref=sale_ref, unit_skus=skus,
-                       instrument_id=instrument))
+        request = (
+            f"Please return everything in {whose} order {sale_ref} ({', '.join(skus)}), refunded to "
+            f"{self.named(instrument)}, which it was paid with."
+        )
+        return (
+            request,
+            action(
+                "return_delivered_sale_items",
+                account_key=self.key,
+                sale_ref=sale_ref,
+                unit_skus=skus,
+                instrument_id=instrument,
+            ),
+        )
 
-    def exchange_request(self, sale_ref: str, sale: dict[str, Any], whose: str = "my",
-                         other_group: bool = False) -> tuple[str, dict[str, Any]]:
+    def exchange_request(
+        self, sale_ref: str, sale: dict[str, Any], whose: str = "my", other_group: bool = False
+    ) -> tuple[str, dict[str, Any]]:
         """An exchange for another offering of the line's group or, where it has none (or other_group), for an
         in-stock offering of another group."""
         line = self.rng.choice(sale.get("lines") or [{}])
         group = self.base[CATALOGUE].get(line.get("catalog_ref"), {})
         others = [sku for sku in group.get("offerings") or {} if sku != line.get("unit_sku")]
         if other_group or not others:
-            others = [sku for ref, g in self.base[CATALOGUE].items() if ref != line.get("catalog_ref")
-                      for sku, offering in (g.get("offerings") or {}).items() if offering.get("in_stock")]
+            others = [
+                sku
+                for ref, g in self.base[CATALOGUE].items()
+                if ref != line.get("catalog_ref")
+                for sku, offering in (g.get("offerings") or {}).items()
+                if offering.get("in_stock")
+            ]
         new = self.rng.choice(others)
         instrument = (payments(sale) or [{}])[0].get("instrument_id") or f"GC-{self.key}"
-        request = (f"Please exchange the item {line.get('unit_sku')} of {whose} order {sale_ref} for {new}; use "
-                   f"{self.named(instrument)} for any difference.")
-        return (request,
-                action("exchange_delivered_sale_items", account_key=self.key, sale_ref=sale_ref,
-                       unit_skus_old=[line.get("unit_sku")], unit_skus_new=[new], instrument_id=instrument))
+        request = (
+            f"Please exchange the item {line.get('unit_sku')} of {whose} order {sale_ref} for {new}; use "
+            f"{self.named(instrument)} for any difference."
+        )
+        return (
+            request,
+            action(
+                "exchange_delivered_sale_items",
+                account_key=self.key,
+                sale_ref=sale_ref,
+                unit_skus_old=[line.get("unit_sku")],
+                unit_skus_new=[new],
+                instrument_id=instrument,
+            ),
+        )
 
     def delivered_tasks(self, sale_ref: str, sale: dict[str, Any]) -> list[Draft]:
         """A return of everything (a write), an exchange within the group where one exists (a write), a
@@ -401,25 +558,51 @@ class EcommerceDrafter:
         read = action("get_sale", sale_ref=sale_ref)
         request, call = self.return_request(sale_ref, sale)
         drafts = [self.draft("action_write", request, [read, call])]
-        swappable = [(line, sku) for line in sale.get("lines") or []
-                     for sku, offering in (self.base[CATALOGUE].get(line.get("catalog_ref"), {}).get("offerings")
-                                           or {}).items() if sku != line.get("unit_sku") and offering.get("in_stock")]
+        swappable = [
+            (line, sku)
+            for line in sale.get("lines") or []
+            for sku, offering in (self.base[CATALOGUE].get(line.get("catalog_ref"), {}).get("offerings") or {}).items()
+            if sku != line.get("unit_sku") and offering.get("in_stock")
+        ]
         if swappable:
             line, new = self.rng.choice(swappable)
             instrument = next(iter(self.record.get("funding_sources") or {}))
-            drafts.append(self.draft("action_write", f"Please exchange the item {line['unit_sku']} of my order "
-                                     f"{sale_ref} for {new}; use {self.named(instrument)} for any difference.",
-                                     [read, action("exchange_delivered_sale_items", account_key=self.key,
-                                                   sale_ref=sale_ref, unit_skus_old=[line["unit_sku"]],
-                                                   unit_skus_new=[new], instrument_id=instrument)]))
+            drafts.append(
+                self.draft(
+                    "action_write",
+                    f"Please exchange the item {line['unit_sku']} of my order "
+                    f"{sale_ref} for {new}; use {self.named(instrument)} for any difference.",
+                    [
+                        read,
+                        action(
+                            "exchange_delivered_sale_items",
+                            account_key=self.key,
+                            sale_ref=sale_ref,
+                            unit_skus_old=[line["unit_sku"]],
+                            unit_skus_new=[new],
+                            instrument_id=instrument,
+                        ),
+                    ],
+                )
+            )
         sku = self.rng.choice(sale.get("lines") or [{}]).get("unit_sku")
         held = sum(line.get("unit_sku") == sku for line in sale.get("lines") or [])
         too_many = [sku] * (held + 1)
         instrument = call["arguments"]["instrument_id"]
-        drafts.append(self.refusal(sale_ref, f"Please return {held + 1} units of {sku} from my order {sale_ref}, "
-                                   f"refunded to {self.named(instrument)}.",
-                                   action("return_delivered_sale_items", account_key=self.key, sale_ref=sale_ref,
-                                          unit_skus=too_many, instrument_id=instrument)))
+        drafts.append(
+            self.refusal(
+                sale_ref,
+                f"Please return {held + 1} units of {sku} from my order {sale_ref}, "
+                f"refunded to {self.named(instrument)}.",
+                action(
+                    "return_delivered_sale_items",
+                    account_key=self.key,
+                    sale_ref=sale_ref,
+                    unit_skus=too_many,
+                    instrument_id=instrument,
+                ),
+            )
+        )
         drafts.append(self.refusal(sale_ref, *self.exchange_request(sale_ref, sale, other_group=True)))
         drafts.append(self.refusal(sale_ref, *self.cancel_request(sale_ref, sale)))
         return drafts
@@ -439,11 +622,16 @@ def authentications(generator: Generator) -> dict[str, tuple[dict[str, Any], str
         if email:
             found[key] = (action("find_account_id_by_email", email=email), f"Hi, my email is {email}.")
         elif names[identity(record)] == 1:
-            given, family, postal_code = (record["person"]["given"], record["person"]["family"],
-                                          record["location"]["postal_code"])
+            given, family, postal_code = (
+                record["person"]["given"],
+                record["person"]["family"],
+                record["location"]["postal_code"],
+            )
             hello = f"Hi, I don't remember the email on my account; I'm {given} {family}, postal code {postal_code}."
-            found[key] = (action("find_account_key_by_name_zip", first_name=given, last_name=family,
-                                 postal_code=postal_code), hello)
+            found[key] = (
+                action("find_account_key_by_name_zip", first_name=given, last_name=family, postal_code=postal_code),
+                hello,
+            )
     return found
 
 

@@ -38,13 +38,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from toolorchestra.envs.toolscale.actions.shared import (
-    AMOUNT_SCHEMA,
-    existing,
-    money,
-    positive_amount,
-    write_spec,
-)
+from toolorchestra.envs.toolscale.actions.shared import AMOUNT_SCHEMA, existing, money, positive_amount, write_spec
 from toolorchestra.envs.toolscale.drafts import Draft, action, fact_text
 from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema
 
@@ -61,11 +55,22 @@ ID = {"type": "string", "minLength": 1}
 DATE = {"type": "string", "pattern": r"^\d\d-\d\d-\d\d$", "description": "YY-MM-DD"}
 PRICE = {"type": "number", "minimum": 0}
 OWNED = {"patient_id": ID, "prescription_id": ID}
-ITEMS_SCHEMA = {"type": "array", "minItems": 1, "items": object_schema(
-    {"medication_id": ID, "quantity_dispensed": {"type": "integer", "minimum": 1}, "lot_number": ID,
-     "expiration_date": DATE, "price": PRICE})}
-INSURANCE_SCHEMA = object_schema({"billed_amount": PRICE, "insurance_paid": PRICE, "patient_copay": PRICE},
-                                 {"prior_authorization_id": ID})
+ITEMS_SCHEMA = {
+    "type": "array",
+    "minItems": 1,
+    "items": object_schema(
+        {
+            "medication_id": ID,
+            "quantity_dispensed": {"type": "integer", "minimum": 1},
+            "lot_number": ID,
+            "expiration_date": DATE,
+            "price": PRICE,
+        }
+    ),
+}
+INSURANCE_SCHEMA = object_schema(
+    {"billed_amount": PRICE, "insurance_paid": PRICE, "patient_copay": PRICE}, {"prior_authorization_id": ID}
+)
 PAYMENTS_SCHEMA = {"type": "array", "items": object_schema({"payment_id": ID, "amount": AMOUNT_SCHEMA})}
 ADDRESS_SCHEMA = object_schema({name: ID for name in ("street", "city", "state", "zip")})
 PHARMACY_SCHEMA = object_schema({"pharmacy_id": ID, "name": ID, "address": ADDRESS_SCHEMA})
@@ -83,15 +88,18 @@ def owned_prescription(database: Database, arguments: dict[str, Any]) -> tuple[s
 
 def require_open(key: str, record: dict[str, Any], doing: str) -> None:
     if record.get("status") in CLOSED:
-        raise ToolFailure(f"prescription {key!r} is {record.get('status')}; a {', '.join(CLOSED)} prescription "
-                          f"allows no {doing}")
+        raise ToolFailure(
+            f"prescription {key!r} is {record.get('status')}; a {', '.join(CLOSED)} prescription allows no {doing}"
+        )
 
 
 def saved_method(database: Database, patient_id: str, payment_id: str) -> None:
     """The policy's safety rule: payments go only to methods already saved in the patient's profile."""
     if payment_id not in (existing(database, PATIENTS, patient_id, "patient_id").get("payment_methods") or {}):
-        raise ToolFailure(f"payment_id {payment_id!r} is not a payment method saved in the profile of patient "
-                          f"{patient_id!r}; add it to the profile first")
+        raise ToolFailure(
+            f"payment_id {payment_id!r} is not a payment method saved in the profile of patient "
+            f"{patient_id!r}; add it to the profile first"
+        )
 
 
 def lot(database: Database, medication_id: str, lot_number: str) -> tuple[str, dict[str, Any]]:
@@ -103,8 +111,9 @@ def lot(database: Database, medication_id: str, lot_number: str) -> tuple[str, d
     return found
 
 
-def dispensed_line(database: Database, key: str, refill: bool, order: dict[str, Any] | None,
-                   item: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+def dispensed_line(
+    database: Database, key: str, refill: bool, order: dict[str, Any] | None, item: dict[str, Any]
+) -> tuple[str, dict[str, Any]]:
     """Checks one dispensed item against its order and lot; (batch key, the stored item)."""
     medication_id, quantity, lot_number = item["medication_id"], int(item["quantity_dispensed"]), item["lot_number"]
     if order is None:
@@ -112,39 +121,54 @@ def dispensed_line(database: Database, key: str, refill: bool, order: dict[str, 
     if refill and int(order.get("refills_remaining") or 0) <= 0:
         raise ToolFailure(f"no refills remaining for medication {medication_id!r} on prescription {key!r}")
     if quantity > int(order.get("quantity") or 0):
-        raise ToolFailure(f"quantity_dispensed {quantity} exceeds the ordered quantity {order.get('quantity')} "
-                          f"of medication {medication_id!r}")
+        raise ToolFailure(
+            f"quantity_dispensed {quantity} exceeds the ordered quantity {order.get('quantity')} "
+            f"of medication {medication_id!r}"
+        )
     batch_key, batch = lot(database, medication_id, lot_number)
     if item["expiration_date"] != batch.get("expiration_date"):
-        raise ToolFailure(f"expiration_date {item['expiration_date']!r} does not match lot {lot_number!r} "
-                          f"(expires {batch.get('expiration_date')})")
+        raise ToolFailure(
+            f"expiration_date {item['expiration_date']!r} does not match lot {lot_number!r} "
+            f"(expires {batch.get('expiration_date')})"
+        )
     if str(batch.get("expiration_date")) < TODAY:
         raise ToolFailure(f"lot {lot_number!r} expired on {batch.get('expiration_date')}")
     if quantity > int(batch.get("quantity_units") or 0):
-        raise ToolFailure(f"insufficient inventory in lot {lot_number!r}: {batch.get('quantity_units')} units, "
-                          f"{quantity} requested")
+        raise ToolFailure(
+            f"insufficient inventory in lot {lot_number!r}: {batch.get('quantity_units')} units, {quantity} requested"
+        )
     price = positive_amount(item, "price", allow_zero=True)
-    return batch_key, {"medication_id": medication_id, "quantity_dispensed": quantity, "lot_number": lot_number,
-                       "expiration_date": item["expiration_date"], "price": money(price)}
+    return batch_key, {
+        "medication_id": medication_id,
+        "quantity_dispensed": quantity,
+        "lot_number": lot_number,
+        "expiration_date": item["expiration_date"],
+        "price": money(price),
+    }
 
 
 # --- tools -----------------------------------------------------------------------------------------
 def fill_prescription(database: Database, arguments: dict[str, Any]) -> Any:
     key, record = owned_prescription(database, arguments)
     if record.get("status") not in FILLABLE:
-        raise ToolFailure(f"prescription {key!r} is {record.get('status')}; only active or filled prescriptions "
-                          "can be filled")
+        raise ToolFailure(
+            f"prescription {key!r} is {record.get('status')}; only active or filled prescriptions can be filled"
+        )
     orders = {order.get("medication_id"): order for order in record.get("medication_orders") or []}
     ids = [item["medication_id"] for item in arguments["items"]]
     twice = next((medication for medication in ids if ids.count(medication) > 1), None)
     if twice:
         raise ToolFailure(f"invalid argument items: medication_id {twice!r} is listed twice")
     dispenses = list(record.get("dispenses") or [])
-    lines = [dispensed_line(database, key, bool(dispenses), orders.get(item["medication_id"]), item)
-             for item in arguments["items"]]
+    lines = [
+        dispensed_line(database, key, bool(dispenses), orders.get(item["medication_id"]), item)
+        for item in arguments["items"]
+    ]
     insurance = arguments["insurance"]
-    billed, paid, copay = (positive_amount(insurance, name, allow_zero=True)
-                           for name in ("billed_amount", "insurance_paid", "patient_copay"))
+    billed, paid, copay = (
+        positive_amount(insurance, name, allow_zero=True)
+        for name in ("billed_amount", "insurance_paid", "patient_copay")
+    )
     if paid > billed:
         raise ToolFailure(f"insurance_paid {paid} exceeds billed_amount {billed}")
     uncovered = money(max(0.0, sum(line["price"] for _, line in lines) - billed))
@@ -154,37 +178,61 @@ def fill_prescription(database: Database, arguments: dict[str, Any]) -> Any:
         positive_amount(payment)
     total = money(sum(float(payment["amount"]) for payment in arguments["payments"]))
     if total != expected:
-        raise ToolFailure(f"patient payments sum to {total}; they must equal the expected patient amount {expected} "
-                          f"(patient_copay {copay} + uncovered amount {uncovered})")
+        raise ToolFailure(
+            f"patient payments sum to {total}; they must equal the expected patient amount {expected} "
+            f"(patient_copay {copay} + uncovered amount {uncovered})"
+        )
     for batch_key, line in lines:  # inventory leaves the lots
         units = lot(database, line["medication_id"], line["lot_number"])[1]["quantity_units"]
-        database.update(MEDICATIONS, line["medication_id"], ["batches", batch_key, "quantity_units"],
-                        units - line["quantity_dispensed"])
+        database.update(
+            MEDICATIONS,
+            line["medication_id"],
+            ["batches", batch_key, "quantity_units"],
+            units - line["quantity_dispensed"],
+        )
     dispensed = set(ids)
-    new_orders = [{**order, "refills_remaining": int(order["refills_remaining"]) - 1}
-                  if order.get("medication_id") in dispensed and int(order.get("refills_remaining") or 0) > 0
-                  else order for order in record.get("medication_orders") or []]
+    new_orders = [
+        {**order, "refills_remaining": int(order["refills_remaining"]) - 1}
+        if order.get("medication_id") in dispensed and int(order.get("refills_remaining") or 0) > 0
+        else order
+        for order in record.get("medication_orders") or []
+    ]
     fill_id = f"FILL-{key}-{len(dispenses) + 1}"
-    dispense = {"fill_id": fill_id, "date_filled_est": NOW_EST, "pharmacist_id": arguments["pharmacist_id"],
-                "items": [line for _, line in lines],
-                "insurance": {"billed_amount": money(billed), "insurance_paid": money(paid),
-                              "patient_copay": money(copay),
-                              "prior_authorization_id": insurance.get("prior_authorization_id"), "reversals": []}}
+    dispense = {
+        "fill_id": fill_id,
+        "date_filled_est": NOW_EST,
+        "pharmacist_id": arguments["pharmacist_id"],
+        "items": [line for _, line in lines],
+        "insurance": {
+            "billed_amount": money(billed),
+            "insurance_paid": money(paid),
+            "patient_copay": money(copay),
+            "prior_authorization_id": insurance.get("prior_authorization_id"),
+            "reversals": [],
+        },
+    }
     entries = [{"payment_id": p["payment_id"], "amount": money(float(p["amount"]))} for p in arguments["payments"]]
     database.update(PRESCRIPTIONS, key, "medication_orders", new_orders)
     database.update(PRESCRIPTIONS, key, "dispenses", [*dispenses, dispense])
     database.update(PRESCRIPTIONS, key, "payment_history", [*(record.get("payment_history") or []), *entries])
     database.update(PRESCRIPTIONS, key, "status", "filled")
-    return {"prescription_id": key, "fill_id": fill_id, "status": "filled", "patient_amount": expected,
-            "payments": entries}
+    return {
+        "prescription_id": key,
+        "fill_id": fill_id,
+        "status": "filled",
+        "patient_amount": expected,
+        "payments": entries,
+    }
 
 
 def update_prescription_status(database: Database, arguments: dict[str, Any]) -> Any:
     key, record = owned_prescription(database, arguments)
     status, old = arguments["status"], record.get("status")
     if status in ("canceled", "transferred"):
-        raise ToolFailure(f"status {status!r} is set by {'cancel' if status == 'canceled' else 'transfer'}"
-                          "_prescription (refunds or the new pharmacy), not by a status update")
+        raise ToolFailure(
+            f"status {status!r} is set by {'cancel' if status == 'canceled' else 'transfer'}"
+            "_prescription (refunds or the new pharmacy), not by a status update"
+        )
     if status not in SETTABLE:
         raise ToolFailure(f"invalid argument status: {status!r}; expected one of {', '.join(SETTABLE)}")
     require_open(key, record, "status change")
@@ -201,8 +249,10 @@ def transfer_prescription(database: Database, arguments: dict[str, Any]) -> Any:
     require_open(key, record, "transfer")
     pharmacy = arguments["pharmacy"]
     if pharmacy["pharmacy_id"] == (record.get("pharmacy") or {}).get("pharmacy_id"):
-        raise ToolFailure(f"prescription {key!r} is already at pharmacy {pharmacy['pharmacy_id']!r}; a transfer "
-                          "needs another pharmacy")
+        raise ToolFailure(
+            f"prescription {key!r} is already at pharmacy {pharmacy['pharmacy_id']!r}; a transfer "
+            "needs another pharmacy"
+        )
     new = {"pharmacy_id": pharmacy["pharmacy_id"], "name": pharmacy["name"], "address": dict(pharmacy["address"])}
     database.update(PRESCRIPTIONS, key, "pharmacy", new)
     database.update(PRESCRIPTIONS, key, "status", "transferred")
@@ -237,8 +287,9 @@ def cancel_prescription(database: Database, arguments: dict[str, Any]) -> Any:
     net: dict[str, float] = {}  # per payment id, what is still paid (earlier refunds are negative entries)
     for entry in history:
         net[entry["payment_id"]] = net.get(entry["payment_id"], 0.0) + float(entry.get("amount") or 0)
-    refunds = [{"payment_id": payment_id, "amount": money(-amount)} for payment_id, amount in net.items()
-               if money(amount) > 0]
+    refunds = [
+        {"payment_id": payment_id, "amount": money(-amount)} for payment_id, amount in net.items() if money(amount) > 0
+    ]
     database.update(PRESCRIPTIONS, key, "payment_history", [*history, *refunds])
     database.update(PRESCRIPTIONS, key, "status", "canceled")
     return {"prescription_id": key, "status": "canceled", "refunds": refunds}
@@ -246,27 +297,53 @@ def cancel_prescription(database: Database, arguments: dict[str, Any]) -> Any:
 
 def specs(domain: Domain) -> list[ToolSpec]:
     def write(name: str, description: str, extra: dict[str, Any], handler: Any) -> ToolSpec:
-        return write_spec(name, description, object_schema({**OWNED, **extra}), handler, PRESCRIPTIONS,
-                          "prescription_id")
+        return write_spec(
+            name, description, object_schema({**OWNED, **extra}), handler, PRESCRIPTIONS, "prescription_id"
+        )
 
     # status and counseling_offered are plain strings: a value outside the policy's fails with the rule's message
     return [
-        write("fill_prescription", "Dispense the patient's active or filled prescription: items from lots of the "
-              "ordered medications, insurance amounts, and payments from saved methods summing to patient_copay + "
-              "max(0, item prices - billed_amount). Records a new fill and sets the status filled.",
-              {"pharmacist_id": ID, "items": ITEMS_SCHEMA, "insurance": INSURANCE_SCHEMA,
-               "payments": PAYMENTS_SCHEMA}, fill_prescription),
-        write("update_prescription_status", "Set the status of the patient's prescription to active, on-hold or "
-              "filled (cancel and transfer have their own actions).", {"status": ID}, update_prescription_status),
-        write("transfer_prescription", "Move the patient's prescription to another pharmacy; status transferred.",
-              {"pharmacy": PHARMACY_SCHEMA}, transfer_prescription),
-        write("set_counseling_offered", "Record whether counseling was offered (yes or no) for the patient's "
-              "prescription.", {"counseling_offered": ID}, set_counseling_offered),
-        write("add_prescription_payment", "Append a payment from a payment method saved in the patient's profile "
-              "to the prescription's payment history.", {"payment_id": ID, "amount": AMOUNT_SCHEMA},
-              add_prescription_payment),
-        write("cancel_prescription", "Cancel the patient's prescription; every payment is refunded to the same "
-              "payment id (insurance claims are not reversed).", {}, cancel_prescription),
+        write(
+            "fill_prescription",
+            "Dispense the patient's active or filled prescription: items from lots of the "
+            "ordered medications, insurance amounts, and payments from saved methods summing to patient_copay + "
+            "max(0, item prices - billed_amount). Records a new fill and sets the status filled.",
+            {"pharmacist_id": ID, "items": ITEMS_SCHEMA, "insurance": INSURANCE_SCHEMA, "payments": PAYMENTS_SCHEMA},
+            fill_prescription,
+        ),
+        write(
+            "update_prescription_status",
+            "Set the status of the patient's prescription to active, on-hold or "
+            "filled (cancel and transfer have their own actions).",
+            {"status": ID},
+            update_prescription_status,
+        ),
+        write(
+            "transfer_prescription",
+            "Move the patient's prescription to another pharmacy; status transferred.",
+            {"pharmacy": PHARMACY_SCHEMA},
+            transfer_prescription,
+        ),
+        write(
+            "set_counseling_offered",
+            "Record whether counseling was offered (yes or no) for the patient's prescription.",
+            {"counseling_offered": ID},
+            set_counseling_offered,
+        ),
+        write(
+            "add_prescription_payment",
+            "Append a payment from a payment method saved in the patient's profile "
+            "to the prescription's payment history.",
+            {"payment_id": ID, "amount": AMOUNT_SCHEMA},
+            add_prescription_payment,
+        ),
+        write(
+            "cancel_prescription",
+            "Cancel the patient's prescription; every payment is refunded to the same "
+            "payment id (insurance claims are not reversed).",
+            {},
+            cancel_prescription,
+        ),
     ]
 
 
@@ -292,12 +369,19 @@ class MedicineDrafter:
         name = self.patient.get("name") or {}
         self.hello = f"Hi, I'm {name.get('first_name')} {name.get('last_name')}, patient id {self.patient_id}."
 
-    def draft(self, family: str, request: str, actions: list[dict[str, Any]],
-              refused: dict[str, Any] | None = None) -> Draft:
+    def draft(
+        self, family: str, request: str, actions: list[dict[str, Any]], refused: dict[str, Any] | None = None
+    ) -> Draft:
         target = (refused or {}).get("arguments", {}).get("prescription_id", self.key)
         forbidden = [{"name": name, "argument": "prescription_id", "value": target} for name in self.writes]
-        return Draft(family, f"{PATIENTS}/{self.patient_id}", f"{self.hello} {request}", actions,
-                     forbidden=forbidden if refused else [], refused=[refused] if refused else [])
+        return Draft(
+            family,
+            f"{PATIENTS}/{self.patient_id}",
+            f"{self.hello} {request}",
+            actions,
+            forbidden=forbidden if refused else [],
+            refused=[refused] if refused else [],
+        )
 
     def call(self, name: str, **arguments: Any) -> dict[str, Any]:
         return action(name, patient_id=self.patient_id, prescription_id=self.key, **arguments)
@@ -305,15 +389,18 @@ class MedicineDrafter:
     def closed(self) -> bool:
         return self.record.get("status") in CLOSED
 
-    def write_or_refusal(self, request: str, reads: list[dict[str, Any]], call: dict[str, Any],
-                         allowed: bool) -> Draft:
-        return (self.draft("action_write", request, [*reads, call]) if allowed
-                else self.draft("action_refusal", request, reads, call))
+    def write_or_refusal(self, request: str, reads: list[dict[str, Any]], call: dict[str, Any], allowed: bool) -> Draft:
+        return (
+            self.draft("action_write", request, [*reads, call])
+            if allowed
+            else self.draft("action_refusal", request, reads, call)
+        )
 
     def other_method(self) -> str | None:
         """A payment method id saved by another patient only (what the user wrongly offers)."""
-        others = sorted({m for p in self.base[PATIENTS].values() for m in p.get("payment_methods") or {}}
-                        - set(self.methods))
+        others = sorted(
+            {m for p in self.base[PATIENTS].values() for m in p.get("payment_methods") or {}} - set(self.methods)
+        )
         return self.rng.choice(others) if others else None
 
     # --- fills
@@ -324,29 +411,47 @@ class MedicineDrafter:
         for order in self.record.get("medication_orders") or []:
             medication = self.base[MEDICATIONS].get(order["medication_id"]) or {}
             quantity = int(order["quantity"])
-            lots = [b for b in (medication.get("batches") or {}).values()
-                    if b["expiration_date"] >= TODAY and int(b["quantity_units"]) >= quantity]
+            lots = [
+                b
+                for b in (medication.get("batches") or {}).values()
+                if b["expiration_date"] >= TODAY and int(b["quantity_units"]) >= quantity
+            ]
             if not lots:
                 return None
             batch = self.rng.choice(lots)
-            earlier = [i["price"] for d in self.record.get("dispenses") or [] for i in d["items"]
-                       if i["medication_id"] == order["medication_id"]]
+            earlier = [
+                i["price"]
+                for d in self.record.get("dispenses") or []
+                for i in d["items"]
+                if i["medication_id"] == order["medication_id"]
+            ]
             retail = float((medication.get("pricing") or {}).get("suggested_retail_price") or 10.0)
             price = money(earlier[-1] if earlier else retail * quantity if retail < 5 else retail)
-            items.append({"medication_id": order["medication_id"], "quantity_dispensed": quantity,
-                          "lot_number": batch["lot_number"], "expiration_date": batch["expiration_date"],
-                          "price": price})
+            items.append(
+                {
+                    "medication_id": order["medication_id"],
+                    "quantity_dispensed": quantity,
+                    "lot_number": batch["lot_number"],
+                    "expiration_date": batch["expiration_date"],
+                    "price": price,
+                }
+            )
         return items
 
-    def fill_request(self, items: list[dict[str, Any]], insurance: dict[str, float], pharmacist: str,
-                     payments: list[dict[str, Any]]) -> str:
-        lines = "; ".join(f"{i['quantity_dispensed']} units of {i['medication_id']} from lot {i['lot_number']} "
-                          f"(expires {i['expiration_date']}) at {fact_text(i['price'])}" for i in items)
-        paying = " and ".join(f"{fact_text(p['amount'])} with payment method {p['payment_id']}"
-                              for p in payments)
-        return (f"Please fill my prescription {self.key}, pharmacist {pharmacist}: {lines}. Insurance billed "
-                f"{fact_text(insurance['billed_amount'])}, insurance paid {fact_text(insurance['insurance_paid'])}, "
-                f"copay {fact_text(insurance['patient_copay'])}. I'll pay {paying or 'nothing'}.")
+    def fill_request(
+        self, items: list[dict[str, Any]], insurance: dict[str, float], pharmacist: str, payments: list[dict[str, Any]]
+    ) -> str:
+        lines = "; ".join(
+            f"{i['quantity_dispensed']} units of {i['medication_id']} from lot {i['lot_number']} "
+            f"(expires {i['expiration_date']}) at {fact_text(i['price'])}"
+            for i in items
+        )
+        paying = " and ".join(f"{fact_text(p['amount'])} with payment method {p['payment_id']}" for p in payments)
+        return (
+            f"Please fill my prescription {self.key}, pharmacist {pharmacist}: {lines}. Insurance billed "
+            f"{fact_text(insurance['billed_amount'])}, insurance paid {fact_text(insurance['insurance_paid'])}, "
+            f"copay {fact_text(insurance['patient_copay'])}. I'll pay {paying or 'nothing'}."
+        )
 
     def fill_tasks(self) -> list[Draft]:
         items, method = self.fill_items(), self.methods[0] if self.methods else None
@@ -364,11 +469,13 @@ class MedicineDrafter:
         reads = [self.read, self.profile, *[action("get_medication", medication_id=i["medication_id"]) for i in items]]
 
         def fill(pays: list[dict[str, Any]]) -> dict[str, Any]:
-            return self.call("fill_prescription", pharmacist_id=pharmacist, items=items, insurance=insurance,
-                             payments=pays)
+            return self.call(
+                "fill_prescription", pharmacist_id=pharmacist, items=items, insurance=insurance, payments=pays
+            )
 
-        refill_blocked = bool(dispenses) and any(int(o.get("refills_remaining") or 0) <= 0
-                                                 for o in self.record.get("medication_orders") or [])
+        refill_blocked = bool(dispenses) and any(
+            int(o.get("refills_remaining") or 0) <= 0 for o in self.record.get("medication_orders") or []
+        )
         allowed = self.record.get("status") in FILLABLE and not refill_blocked
         request = self.fill_request(items, insurance, pharmacist, payments)
         drafts = [self.write_or_refusal(request, reads, fill(payments), allowed)]
@@ -380,8 +487,9 @@ class MedicineDrafter:
                 wrong = [{"payment_id": other, "amount": due}]
             else:
                 return drafts
-            drafts.append(self.draft("action_refusal", self.fill_request(items, insurance, pharmacist, wrong), reads,
-                                     fill(wrong)))
+            drafts.append(
+                self.draft("action_refusal", self.fill_request(items, insurance, pharmacist, wrong), reads, fill(wrong))
+            )
         return drafts
 
     # --- other writes
@@ -395,8 +503,14 @@ class MedicineDrafter:
         call = self.call("update_prescription_status", status=target)
         drafts = [self.write_or_refusal(ask(target), [self.read], call, not self.closed())]
         if status == "active" and not self.record.get("dispenses") and self.rng.random() < 0.5:
-            drafts.append(self.draft("action_refusal", ask("filled"), [self.read],
-                                     self.call("update_prescription_status", status="filled")))
+            drafts.append(
+                self.draft(
+                    "action_refusal",
+                    ask("filled"),
+                    [self.read],
+                    self.call("update_prescription_status", status="filled"),
+                )
+            )
         return drafts
 
     def transfer_tasks(self, pharmacies: list[dict[str, Any]]) -> list[Draft]:
@@ -406,17 +520,24 @@ class MedicineDrafter:
             return []
         pharmacy = self.rng.choice(choices)
         place = pharmacy["address"]
-        request = (f"Please transfer my prescription {self.key} to {pharmacy['name']} (pharmacy id "
-                   f"{pharmacy['pharmacy_id']}), {place['street']}, {place['city']}, {place['state']} {place['zip']}.")
+        request = (
+            f"Please transfer my prescription {self.key} to {pharmacy['name']} (pharmacy id "
+            f"{pharmacy['pharmacy_id']}), {place['street']}, {place['city']}, {place['state']} {place['zip']}."
+        )
         call = self.call("transfer_prescription", pharmacy=pharmacy)
         return [self.write_or_refusal(request, [self.read], call, not self.closed())]
 
     def counseling_tasks(self) -> list[Draft]:
         value = "no" if self.record.get("counseling_offered") == "yes" else "yes"
-        request = (f"Please record that counseling was {'' if value == 'yes' else 'not '}offered for my "
-                   f"prescription {self.key}.")
-        return [self.draft("action_write", request, [self.read, self.call("set_counseling_offered",
-                                                                          counseling_offered=value)])]
+        request = (
+            f"Please record that counseling was {'' if value == 'yes' else 'not '}offered for my "
+            f"prescription {self.key}."
+        )
+        return [
+            self.draft(
+                "action_write", request, [self.read, self.call("set_counseling_offered", counseling_offered=value)]
+            )
+        ]
 
     def payment_tasks(self) -> list[Draft]:
         if not self.methods:
@@ -424,16 +545,23 @@ class MedicineDrafter:
         amount, method = self.rng.choice(PAYMENT_AMOUNTS), self.rng.choice(self.methods)
 
         def ask(pm: str) -> str:
-            return (f"Please add a payment of {fact_text(amount)} to my prescription {self.key} with "
-                    f"payment method {pm}.")
+            return (
+                f"Please add a payment of {fact_text(amount)} to my prescription {self.key} with payment method {pm}."
+            )
 
         reads = [self.read, self.profile]
         call = self.call("add_prescription_payment", payment_id=method, amount=amount)
         drafts = [self.write_or_refusal(ask(method), reads, call, not self.closed())]
         other = self.other_method()
         if other and not self.closed() and self.rng.random() < 0.5:
-            drafts.append(self.draft("action_refusal", ask(other), reads,
-                                     self.call("add_prescription_payment", payment_id=other, amount=amount)))
+            drafts.append(
+                self.draft(
+                    "action_refusal",
+                    ask(other),
+                    reads,
+                    self.call("add_prescription_payment", payment_id=other, amount=amount),
+                )
+            )
         return drafts
 
     def cancel_tasks(self) -> list[Draft]:
@@ -447,8 +575,14 @@ class MedicineDrafter:
             return []
         other = self.rng.choice(others)
         call = action("cancel_prescription", patient_id=self.patient_id, prescription_id=other)
-        return [self.draft("action_refusal", f"Please cancel prescription {other}.",
-                           [action("get_prescription", prescription_id=other)], call)]
+        return [
+            self.draft(
+                "action_refusal",
+                f"Please cancel prescription {other}.",
+                [action("get_prescription", prescription_id=other)],
+                call,
+            )
+        ]
 
 
 def drafts(generator: Generator) -> list[Draft]:
@@ -458,11 +592,17 @@ def drafts(generator: Generator) -> list[Draft]:
     and, for a quarter, a cancellation of another patient's prescription (refused)."""
     base = generator.domain.base
     # the pharmacies of the data, copied: task arguments must not share objects with the base
-    pharmacies = list({r["pharmacy"]["pharmacy_id"]: {**r["pharmacy"], "address": dict(r["pharmacy"]["address"])}
-                       for r in base[PRESCRIPTIONS].values()}.values())
+    pharmacies = list(
+        {
+            r["pharmacy"]["pharmacy_id"]: {**r["pharmacy"], "address": dict(r["pharmacy"]["address"])}
+            for r in base[PRESCRIPTIONS].values()
+        }.values()
+    )
     # a refusal forbids every write on its prescription, the derived status writes included
-    writes = sorted({spec.name for spec in generator.specs.values() if spec.writes and spec.collection == PRESCRIPTIONS}
-                    | {spec.name for spec in specs(generator.domain)})
+    writes = sorted(
+        {spec.name for spec in generator.specs.values() if spec.writes and spec.collection == PRESCRIPTIONS}
+        | {spec.name for spec in specs(generator.domain)}
+    )
     found: list[Draft] = []
     for key, record in base[PRESCRIPTIONS].items():
         if record.get("patient_id") not in base[PATIENTS]:

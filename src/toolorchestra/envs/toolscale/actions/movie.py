@@ -42,15 +42,33 @@ NOW = "24-05-15-15-00"  # the policy's clock (2024-05-15 15:00 EST) in the data'
 TEXT = {"type": "string", "minLength": 1}
 TICKET_TYPES = ("adult", "child", "senior")
 HOLDING = ("confirmed", "pending")  # bookings whose seats are taken
-SEATS_SCHEMA = {"type": "array", "minItems": 1, "items": object_schema(
-    {"seat_id": TEXT, "ticket_type": {"type": "string", "enum": list(TICKET_TYPES)}})}
-CONCESSIONS_SCHEMA = {"type": "array", "items": object_schema(
-    {"item_id": TEXT, "name": TEXT, "size": TEXT, "quantity": {"type": "integer", "minimum": 1},
-     "price_each": {"type": "number", "minimum": 0}})}
-PAYMENT_SCHEMA = object_schema({"source": {"type": "string", "enum": ["card", "wallet", "cash", "gift_card"]},
-                                "payment_method_id": TEXT, "amount": {"type": "number", "exclusiveMinimum": 0}})
-CUSTOMER_SCHEMA = object_schema({"first_name": TEXT, "last_name": TEXT, "email": TEXT, "phone": TEXT},
-                                {"loyalty_id": TEXT})
+SEATS_SCHEMA = {
+    "type": "array",
+    "minItems": 1,
+    "items": object_schema({"seat_id": TEXT, "ticket_type": {"type": "string", "enum": list(TICKET_TYPES)}}),
+}
+CONCESSIONS_SCHEMA = {
+    "type": "array",
+    "items": object_schema(
+        {
+            "item_id": TEXT,
+            "name": TEXT,
+            "size": TEXT,
+            "quantity": {"type": "integer", "minimum": 1},
+            "price_each": {"type": "number", "minimum": 0},
+        }
+    ),
+}
+PAYMENT_SCHEMA = object_schema(
+    {
+        "source": {"type": "string", "enum": ["card", "wallet", "cash", "gift_card"]},
+        "payment_method_id": TEXT,
+        "amount": {"type": "number", "exclusiveMinimum": 0},
+    }
+)
+CUSTOMER_SCHEMA = object_schema(
+    {"first_name": TEXT, "last_name": TEXT, "email": TEXT, "phone": TEXT}, {"loyalty_id": TEXT}
+)
 
 
 # --- lookups ---------------------------------------------------------------------------------------
@@ -80,9 +98,12 @@ def seat_map(theater: dict[str, Any], show: dict[str, Any]) -> dict[str, dict[st
 
 
 def booked_seats(database: Database, show_id: str, except_booking: str | None = None) -> set[str]:
-    return {seat["seat_id"] for key, booking in database.records(BOOKINGS)
-            if key != except_booking and booking.get("show_id") == show_id and booking.get("status") in HOLDING
-            for seat in booking.get("seats") or []}
+    return {
+        seat["seat_id"]
+        for key, booking in database.records(BOOKINGS)
+        if key != except_booking and booking.get("show_id") == show_id and booking.get("status") in HOLDING
+        for seat in booking.get("seats") or []
+    }
 
 
 def booking(database: Database, booking_id: str) -> dict[str, Any]:
@@ -95,8 +116,14 @@ def require_scheduled(show: dict[str, Any], doing: str) -> None:
         raise ToolFailure(f"show {show['show_id']!r} is {show.get('status')}; only scheduled shows allow {doing}")
 
 
-def require_seats(database: Database, theater: dict[str, Any], show: dict[str, Any], seats: list[dict[str, Any]],
-                  held: frozenset[str] | set[str] = frozenset(), booking_id: str | None = None) -> None:
+def require_seats(
+    database: Database,
+    theater: dict[str, Any],
+    show: dict[str, Any],
+    seats: list[dict[str, Any]],
+    held: frozenset[str] | set[str] = frozenset(),
+    booking_id: str | None = None,
+) -> None:
     """Seats distinct, in the show's auditorium, and (unless already held by this booking) available."""
     ids = [seat["seat_id"] for seat in seats]
     if len(set(ids)) != len(ids):
@@ -115,15 +142,24 @@ def seat_line(theater: dict[str, Any], show: dict[str, Any], seat: dict[str, Any
     price = float(schema.get(seat["ticket_type"], rules.get("base", {}).get(seat["ticket_type"], 0.0)))
     fee = float((schema.get("fees") or {}).get("convenience_fee", (rules.get("fees") or {}).get("convenience_fee", 0)))
     tax = money(price * float(rules.get("tax_rate_percent", 0)) / 100)
-    return {"seat_id": seat["seat_id"], "ticket_type": seat["ticket_type"], "price": price, "convenience_fee": fee,
-            "tax": tax}
+    return {
+        "seat_id": seat["seat_id"],
+        "ticket_type": seat["ticket_type"],
+        "price": price,
+        "convenience_fee": fee,
+        "tax": tax,
+    }
 
 
 def concession_line(theater: dict[str, Any], item: dict[str, Any]) -> dict[str, Any]:
     rate = float((theater.get("pricing_rules") or {}).get("tax_rate_percent", 0)) / 100
     tax_each = money(float(item["price_each"]) * rate)
-    return {**item, "price_each": float(item["price_each"]), "tax_each": tax_each,
-            "total": money(item["quantity"] * (float(item["price_each"]) + tax_each))}
+    return {
+        **item,
+        "price_each": float(item["price_each"]),
+        "tax_each": tax_each,
+        "total": money(item["quantity"] * (float(item["price_each"]) + tax_each)),
+    }
 
 
 def totals(theater: dict[str, Any], seats: list[dict[str, Any]], concessions: list[dict[str, Any]]) -> dict[str, Any]:
@@ -132,8 +168,14 @@ def totals(theater: dict[str, Any], seats: list[dict[str, Any]], concessions: li
     booking_fee = float(((theater.get("pricing_rules") or {}).get("fees") or {}).get("booking_fee", 0))
     fees = money(sum(seat["convenience_fee"] for seat in seats) + booking_fee)
     tax = money(sum(seat["tax"] for seat in seats) + sum(item["quantity"] * item["tax_each"] for item in concessions))
-    return {"tickets_subtotal": tickets, "concessions_subtotal": snacks, "fees_total": fees, "tax_total": tax,
-            "grand_total": money(tickets + snacks + fees + tax), "ticket_count": len(seats)}
+    return {
+        "tickets_subtotal": tickets,
+        "concessions_subtotal": snacks,
+        "fees_total": fees,
+        "tax_total": tax,
+        "grand_total": money(tickets + snacks + fees + tax),
+        "ticket_count": len(seats),
+    }
 
 
 def seat_cost(seat: dict[str, Any]) -> float:
@@ -148,9 +190,13 @@ def payment_entry(payment_id: str, amount: float, method: dict[str, Any]) -> dic
 def get_seat_availability(database: Database, arguments: dict[str, Any]) -> Any:
     theater, _, show = find_show(database, arguments["show_id"])
     seats, booked = seat_map(theater, show), booked_seats(database, arguments["show_id"])
-    return {"show_id": arguments["show_id"], "status": show.get("status"),
-            "available": [seat for seat in seats if seat not in booked], "booked": sorted(booked & set(seats)),
-            "wheelchair_accessible": [key for key, seat in seats.items() if seat.get("wheelchair_accessible")]}
+    return {
+        "show_id": arguments["show_id"],
+        "status": show.get("status"),
+        "available": [seat for seat in seats if seat not in booked],
+        "booked": sorted(booked & set(seats)),
+        "wheelchair_accessible": [key for key, seat in seats.items() if seat.get("wheelchair_accessible")],
+    }
 
 
 def price_preview(database: Database, arguments: dict[str, Any]) -> Any:
@@ -162,9 +208,13 @@ def price_preview(database: Database, arguments: dict[str, Any]) -> Any:
 
 
 def ticket_items(booking_id: str, count: int) -> list[dict[str, Any]]:
-    return [{"ticket_id": f"{booking_id}-T{i}",
-             "barcode": str(int(hashlib.sha256(f"{booking_id}:{i}".encode()).hexdigest(), 16))[:12]}
-            for i in range(1, count + 1)]
+    return [
+        {
+            "ticket_id": f"{booking_id}-T{i}",
+            "barcode": str(int(hashlib.sha256(f"{booking_id}:{i}".encode()).hexdigest(), 16))[:12],
+        }
+        for i in range(1, count + 1)
+    ]
 
 
 def create_booking(database: Database, arguments: dict[str, Any]) -> Any:
@@ -178,21 +228,42 @@ def create_booking(database: Database, arguments: dict[str, Any]) -> Any:
     if paid != summary["grand_total"]:
         raise ToolFailure(f"payments sum to {paid}; they must equal the grand total {summary['grand_total']} exactly")
     key = new_key(database, BOOKINGS)
-    history = [payment_entry(f"{key}-P{i}", payment["amount"], {"source": payment["source"],
-                                                                 "payment_method_id": payment["payment_method_id"]})
-               for i, payment in enumerate(arguments["payments"], start=1)]
+    history = [
+        payment_entry(
+            f"{key}-P{i}",
+            payment["amount"],
+            {"source": payment["source"], "payment_method_id": payment["payment_method_id"]},
+        )
+        for i, payment in enumerate(arguments["payments"], start=1)
+    ]
     summary.pop("ticket_count")
-    record = {"booking_id": key, "theater_id": theater["theater_id"], "movie_id": show.get("movie_id"),
-              "show_id": show["show_id"], "date": date, "start_time_local": show.get("start_time_local"),
-              "status": "confirmed", "created_at": NOW, "canceled_at": None,
-              "customer": {"name": {"first_name": arguments["customer"]["first_name"],
-                                    "last_name": arguments["customer"]["last_name"]},
-                           "email": arguments["customer"]["email"], "phone": arguments["customer"]["phone"],
-                           "loyalty_id": arguments["customer"].get("loyalty_id")},
-              "seats": seats, "concessions": concessions, "promotions_applied": [], "payment_history": history,
-              "totals": {**summary, "amount_paid": paid, "amount_due": 0.0},
-              "delivery": {"method": arguments["delivery_method"], "tickets": ticket_items(key, len(seats))},
-              "special_requests": arguments.get("special_requests")}
+    record = {
+        "booking_id": key,
+        "theater_id": theater["theater_id"],
+        "movie_id": show.get("movie_id"),
+        "show_id": show["show_id"],
+        "date": date,
+        "start_time_local": show.get("start_time_local"),
+        "status": "confirmed",
+        "created_at": NOW,
+        "canceled_at": None,
+        "customer": {
+            "name": {
+                "first_name": arguments["customer"]["first_name"],
+                "last_name": arguments["customer"]["last_name"],
+            },
+            "email": arguments["customer"]["email"],
+            "phone": arguments["customer"]["phone"],
+            "loyalty_id": arguments["customer"].get("loyalty_id"),
+        },
+        "seats": seats,
+        "concessions": concessions,
+        "promotions_applied": [],
+        "payment_history": history,
+        "totals": {**summary, "amount_paid": paid, "amount_due": 0.0},
+        "delivery": {"method": arguments["delivery_method"], "tickets": ticket_items(key, len(seats))},
+        "special_requests": arguments.get("special_requests"),
+    }
     database.create(BOOKINGS, key, record)
     return {"booking_id": key, "status": "confirmed", "totals": record["totals"], "delivery": record["delivery"]}
 
@@ -206,8 +277,12 @@ def update_booking_seats(database: Database, arguments: dict[str, Any]) -> Any:
     require_scheduled(show, "seat updates")
     old = {seat["seat_id"]: seat for seat in record.get("seats") or []}
     require_seats(database, theater, show, arguments["seats"], set(old), booking_id)
-    seats = [old[seat["seat_id"]] if old.get(seat["seat_id"], {}).get("ticket_type") == seat["ticket_type"]
-             else seat_line(theater, show, seat) for seat in arguments["seats"]]
+    seats = [
+        old[seat["seat_id"]]
+        if old.get(seat["seat_id"], {}).get("ticket_type") == seat["ticket_type"]
+        else seat_line(theater, show, seat)
+        for seat in arguments["seats"]
+    ]
     if seats == record.get("seats"):
         raise ToolFailure("the new seat list is the same as the booking's current seats")
     delta = money(sum(map(seat_cost, seats)) - sum(map(seat_cost, old.values())))
@@ -218,45 +293,65 @@ def update_booking_seats(database: Database, arguments: dict[str, Any]) -> Any:
         raise ToolFailure("no additional payment: the new total is not higher (a decrease is refunded)")
     entry_id = f"{booking_id}-P{len(history) + 1}"
     if payment is not None:
-        history.append(payment_entry(entry_id, delta, {"source": payment["source"],
-                                                       "payment_method_id": payment["payment_method_id"]}))
+        history.append(
+            payment_entry(
+                entry_id, delta, {"source": payment["source"], "payment_method_id": payment["payment_method_id"]}
+            )
+        )
     elif delta < 0:
         history.append(payment_entry(entry_id, delta, history[0]["method"] if history else {"source": "cash"}))
     old_totals = record.get("totals") or {}
-    new_totals = {**old_totals,
-                  "tickets_subtotal": money(old_totals.get("tickets_subtotal", 0) + sum(s["price"] for s in seats)
-                                            - sum(s["price"] for s in old.values())),
-                  "fees_total": money(old_totals.get("fees_total", 0) + sum(s["convenience_fee"] for s in seats)
-                                      - sum(s["convenience_fee"] for s in old.values())),
-                  "tax_total": money(old_totals.get("tax_total", 0) + sum(s["tax"] for s in seats)
-                                     - sum(s["tax"] for s in old.values())),
-                  "grand_total": money(old_totals.get("grand_total", 0) + delta),
-                  "amount_paid": money(old_totals.get("amount_paid", 0) + delta)}
+    new_totals = {
+        **old_totals,
+        "tickets_subtotal": money(
+            old_totals.get("tickets_subtotal", 0)
+            + sum(s["price"] for s in seats)
+            - sum(s["price"] for s in old.values())
+        ),
+        "fees_total": money(
+            old_totals.get("fees_total", 0)
+            + sum(s["convenience_fee"] for s in seats)
+            - sum(s["convenience_fee"] for s in old.values())
+        ),
+        "tax_total": money(
+            old_totals.get("tax_total", 0) + sum(s["tax"] for s in seats) - sum(s["tax"] for s in old.values())
+        ),
+        "grand_total": money(old_totals.get("grand_total", 0) + delta),
+        "amount_paid": money(old_totals.get("amount_paid", 0) + delta),
+    }
     database.update(BOOKINGS, booking_id, "seats", seats)
     database.update(BOOKINGS, booking_id, "payment_history", history)
     database.update(BOOKINGS, booking_id, "totals", new_totals)
-    return {"booking_id": booking_id, "seats": seats, "difference": delta, "totals": new_totals,
-            "payment_history": history}
+    return {
+        "booking_id": booking_id,
+        "seats": seats,
+        "difference": delta,
+        "totals": new_totals,
+        "payment_history": history,
+    }
 
 
 def cancel_booking(database: Database, arguments: dict[str, Any]) -> Any:
     booking_id = arguments["booking_id"]
     record = booking(database, booking_id)
     if record.get("status") not in HOLDING:
-        raise ToolFailure(f"booking {booking_id!r} is {record.get('status')}; only confirmed or pending bookings "
-                          "can be canceled")
+        raise ToolFailure(
+            f"booking {booking_id!r} is {record.get('status')}; only confirmed or pending bookings can be canceled"
+        )
     _, _, show = find_show(database, record["show_id"])
     if show.get("status") == "completed":
         raise ToolFailure(f"show {show['show_id']!r} is completed; a booking for a completed show cannot be canceled")
     history, paid = list(record.get("payment_history") or []), float((record.get("totals") or {}).get("amount_paid", 0))
     refund = None
     if paid > 0:
-        refund = payment_entry(f"{booking_id}-P{len(history) + 1}", -paid, history[0]["method"] if history
-                               else {"source": "cash"})
+        refund = payment_entry(
+            f"{booking_id}-P{len(history) + 1}", -paid, history[0]["method"] if history else {"source": "cash"}
+        )
         history.append(refund)
     database.update(BOOKINGS, booking_id, "payment_history", history)
-    database.update(BOOKINGS, booking_id, "totals", {**(record.get("totals") or {}), "amount_paid": 0.0,
-                                                     "amount_due": 0.0})
+    database.update(
+        BOOKINGS, booking_id, "totals", {**(record.get("totals") or {}), "amount_paid": 0.0, "amount_due": 0.0}
+    )
     database.update(BOOKINGS, booking_id, "canceled_at", NOW)
     final = database.update(BOOKINGS, booking_id, "status", "canceled")
     return {"booking_id": booking_id, "status": "canceled", "refund": refund, "totals": final["totals"]}
@@ -265,27 +360,63 @@ def cancel_booking(database: Database, arguments: dict[str, Any]) -> Any:
 def specs(domain: Domain) -> list[ToolSpec]:
     booking_id = {"booking_id": TEXT}
     return [
-        ToolSpec("get_seat_availability", "Seats of a show's auditorium: available, booked, wheelchair accessible.",
-                 object_schema({"show_id": TEXT}), get_seat_availability, collection=THEATERS),
-        ToolSpec("price_preview", "Exact price breakdown for seats (seat_id, ticket_type) and optional concessions "
-                 "of a show, with the grand total to pay.",
-                 object_schema({"theater_id": TEXT, "show_id": TEXT, "seats": SEATS_SCHEMA},
-                               {"concessions": CONCESSIONS_SCHEMA}), price_preview, collection=THEATERS),
-        ToolSpec("create_booking", "WRITE. Book available seats of a scheduled show; payments must sum exactly to "
-                 "the grand total of price_preview.",
-                 object_schema({"theater_id": TEXT, "show_id": TEXT, "seats": SEATS_SCHEMA,
-                                "customer": CUSTOMER_SCHEMA,
-                                "delivery_method": {"type": "string", "enum": ["e-ticket", "box-office", "kiosk"]},
-                                "payments": {"type": "array", "minItems": 1, "items": PAYMENT_SCHEMA}},
-                               {"concessions": CONCESSIONS_SCHEMA, "special_requests": TEXT}),
-                 create_booking, writes=True, collection=BOOKINGS, key_argument="show_id"),
-        ToolSpec("update_booking_seats", "WRITE. Replace the seats of a confirmed booking (scheduled show); a higher "
-                 "total needs one payment of exactly the difference, a lower one is refunded.",
-                 object_schema({**booking_id, "seats": SEATS_SCHEMA}, {"payment": PAYMENT_SCHEMA}),
-                 update_booking_seats, writes=True, collection=BOOKINGS, key_argument="booking_id"),
-        ToolSpec("cancel_booking", "WRITE. Cancel a confirmed or pending booking of a show that is not completed; "
-                 "the full amount paid is refunded.", object_schema(booking_id), cancel_booking, writes=True,
-                 collection=BOOKINGS, key_argument="booking_id"),
+        ToolSpec(
+            "get_seat_availability",
+            "Seats of a show's auditorium: available, booked, wheelchair accessible.",
+            object_schema({"show_id": TEXT}),
+            get_seat_availability,
+            collection=THEATERS,
+        ),
+        ToolSpec(
+            "price_preview",
+            "Exact price breakdown for seats (seat_id, ticket_type) and optional concessions "
+            "of a show, with the grand total to pay.",
+            object_schema(
+                {"theater_id": TEXT, "show_id": TEXT, "seats": SEATS_SCHEMA}, {"concessions": CONCESSIONS_SCHEMA}
+            ),
+            price_preview,
+            collection=THEATERS,
+        ),
+        ToolSpec(
+            "create_booking",
+            "WRITE. Book available seats of a scheduled show; payments must sum exactly to "
+            "the grand total of price_preview.",
+            object_schema(
+                {
+                    "theater_id": TEXT,
+                    "show_id": TEXT,
+                    "seats": SEATS_SCHEMA,
+                    "customer": CUSTOMER_SCHEMA,
+                    "delivery_method": {"type": "string", "enum": ["e-ticket", "box-office", "kiosk"]},
+                    "payments": {"type": "array", "minItems": 1, "items": PAYMENT_SCHEMA},
+                },
+                {"concessions": CONCESSIONS_SCHEMA, "special_requests": TEXT},
+            ),
+            create_booking,
+            writes=True,
+            collection=BOOKINGS,
+            key_argument="show_id",
+        ),
+        ToolSpec(
+            "update_booking_seats",
+            "WRITE. Replace the seats of a confirmed booking (scheduled show); a higher "
+            "total needs one payment of exactly the difference, a lower one is refunded.",
+            object_schema({**booking_id, "seats": SEATS_SCHEMA}, {"payment": PAYMENT_SCHEMA}),
+            update_booking_seats,
+            writes=True,
+            collection=BOOKINGS,
+            key_argument="booking_id",
+        ),
+        ToolSpec(
+            "cancel_booking",
+            "WRITE. Cancel a confirmed or pending booking of a show that is not completed; "
+            "the full amount paid is refunded.",
+            object_schema(booking_id),
+            cancel_booking,
+            writes=True,
+            collection=BOOKINGS,
+            key_argument="booking_id",
+        ),
     ]
 
 
@@ -304,11 +435,23 @@ class MovieDrafter:
         self.hello = f"Hi, I'm {name['first_name']} {name['last_name']} ({email})."
         self.database = generator.domain.new_database()  # read-only: availability and prices of the base
 
-    def draft(self, family: str, request: str, actions: list[dict[str, Any]], refused: dict[str, Any] | None = None,
-              forbid: tuple[str, str, str] | None = None) -> Draft:
+    def draft(
+        self,
+        family: str,
+        request: str,
+        actions: list[dict[str, Any]],
+        refused: dict[str, Any] | None = None,
+        forbid: tuple[str, str, str] | None = None,
+    ) -> Draft:
         forbidden = [{"name": forbid[0], "argument": forbid[1], "value": forbid[2]}] if forbid else []
-        return Draft(family, self.owner, f"{self.hello} {request}", actions, forbidden=forbidden,
-                     refused=[refused] if refused else [])
+        return Draft(
+            family,
+            self.owner,
+            f"{self.hello} {request}",
+            actions,
+            forbidden=forbidden,
+            refused=[refused] if refused else [],
+        )
 
     def method(self) -> dict[str, Any]:
         history = self.record.get("payment_history") or []
@@ -340,29 +483,57 @@ class MovieDrafter:
             index = self.rng.randrange(len(seats))
             new = [{"seat_id": s["seat_id"], "ticket_type": s["ticket_type"]} for s in seats]
             new[index] = {"seat_id": self.rng.choice(free), "ticket_type": seats[index]["ticket_type"]}
-            drafts.append(self.seat_change(f"Please move my seat {seats[index]['seat_id']} to {new[index]['seat_id']}"
-                                           f"; my seats should then be {seats_text(new)}.", new, reads, forbid))
+            drafts.append(
+                self.seat_change(
+                    f"Please move my seat {seats[index]['seat_id']} to {new[index]['seat_id']}"
+                    f"; my seats should then be {seats_text(new)}.",
+                    new,
+                    reads,
+                    forbid,
+                )
+            )
         if len(seats) > 1:  # drop the last ticket: a refund
             new = [{"seat_id": s["seat_id"], "ticket_type": s["ticket_type"]} for s in seats[:-1]]
-            drafts.append(self.seat_change(f"Please remove seat {seats[-1]['seat_id']} from my booking; keep "
-                                           f"{seats_text(new)}.", new, reads, forbid))
+            drafts.append(
+                self.seat_change(
+                    f"Please remove seat {seats[-1]['seat_id']} from my booking; keep {seats_text(new)}.",
+                    new,
+                    reads,
+                    forbid,
+                )
+            )
         index = self.rng.randrange(len(seats))  # change one ticket's type: a payment or a refund
         kind = "adult" if seats[index]["ticket_type"] != "adult" else self.rng.choice(["child", "senior"])
         new = [{"seat_id": s["seat_id"], "ticket_type": s["ticket_type"]} for s in seats]
         new[index] = {"seat_id": seats[index]["seat_id"], "ticket_type": kind}
-        drafts.append(self.seat_change(f"Please make the ticket for seat {seats[index]['seat_id']} a {kind} ticket; "
-                                       f"my seats should then be {seats_text(new)}.", new, reads, forbid))
+        drafts.append(
+            self.seat_change(
+                f"Please make the ticket for seat {seats[index]['seat_id']} a {kind} ticket; "
+                f"my seats should then be {seats_text(new)}.",
+                new,
+                reads,
+                forbid,
+            )
+        )
         taken = sorted(booked_seats(self.database, show_id, self.booking_id))
         if taken and self.rng.random() < 0.5:
             new = [{"seat_id": s["seat_id"], "ticket_type": s["ticket_type"]} for s in seats]
             new[0] = {"seat_id": self.rng.choice(taken), "ticket_type": seats[0]["ticket_type"]}
             call = action("update_booking_seats", booking_id=self.booking_id, seats=new)
-            drafts.append(self.draft("action_refusal", f"Please change my booking {self.booking_id} to the seats "
-                                     f"{seats_text(new)}.", reads, call, forbid))
+            drafts.append(
+                self.draft(
+                    "action_refusal",
+                    f"Please change my booking {self.booking_id} to the seats {seats_text(new)}.",
+                    reads,
+                    call,
+                    forbid,
+                )
+            )
         return drafts
 
-    def seat_change(self, request: str, new: list[dict[str, Any]], reads: list[dict[str, Any]],
-                    forbid: tuple[str, str, str]) -> Draft:
+    def seat_change(
+        self, request: str, new: list[dict[str, Any]], reads: list[dict[str, Any]], forbid: tuple[str, str, str]
+    ) -> Draft:
         """A write when the booking is confirmed (paying the exact difference when it costs more), else a refusal."""
         prompt = f"For my booking {self.booking_id}: {request}"
         call = action("update_booking_seats", booking_id=self.booking_id, seats=new)
@@ -370,13 +541,20 @@ class MovieDrafter:
             return self.draft("action_refusal", prompt, reads, call, forbid)
         theater, _, show = find_show(self.database, self.record["show_id"])
         old = {s["seat_id"]: s for s in self.record["seats"]}
-        lines = [old[s["seat_id"]] if old.get(s["seat_id"], {}).get("ticket_type") == s["ticket_type"]
-                 else seat_line(theater, show, s) for s in new]
+        lines = [
+            old[s["seat_id"]]
+            if old.get(s["seat_id"], {}).get("ticket_type") == s["ticket_type"]
+            else seat_line(theater, show, s)
+            for s in new
+        ]
         delta = money(sum(map(seat_cost, lines)) - sum(map(seat_cost, old.values())))
         if delta > 0:
             method = self.method()
-            call["arguments"]["payment"] = {"source": method["source"],
-                                            "payment_method_id": method["payment_method_id"], "amount": delta}
+            call["arguments"]["payment"] = {
+                "source": method["source"],
+                "payment_method_id": method["payment_method_id"],
+                "amount": delta,
+            }
             prompt += f" Pay any difference with my {method['source']} {method['payment_method_id']}."
         return self.draft("action_write", prompt, [*reads, call])
 
@@ -394,28 +572,43 @@ class MovieDrafter:
             chosen[0] = self.rng.choice(taken)
         seats = [{"seat_id": seat, "ticket_type": self.rng.choice(TICKET_TYPES)} for seat in chosen]
         customer = self.record["customer"]
-        who = {"first_name": customer["name"]["first_name"], "last_name": customer["name"]["last_name"],
-               "email": customer["email"], "phone": customer["phone"]}
+        who = {
+            "first_name": customer["name"]["first_name"],
+            "last_name": customer["name"]["last_name"],
+            "email": customer["email"],
+            "phone": customer["phone"],
+        }
         delivery, method = self.rng.choice(["e-ticket", "box-office", "kiosk"]), self.method()
-        request = (f"Please book show {show['show_id']} at theater {theater['theater_id']} on {date}: seats "
-                   f"{seats_text(seats)}, {delivery} delivery, phone {customer['phone']}; pay the full total with my "
-                   f"{method['source']} {method['payment_method_id']}.")
+        request = (
+            f"Please book show {show['show_id']} at theater {theater['theater_id']} on {date}: seats "
+            f"{seats_text(seats)}, {delivery} delivery, phone {customer['phone']}; pay the full total with my "
+            f"{method['source']} {method['payment_method_id']}."
+        )
         preview = action("price_preview", theater_id=theater["theater_id"], show_id=show["show_id"], seats=seats)
         reads = [action("get_seat_availability", show_id=show["show_id"])]
         grand = totals(theater, [seat_line(theater, show, s) for s in seats], [])["grand_total"]
-        call = action("create_booking", theater_id=theater["theater_id"], show_id=show["show_id"], seats=seats,
-                      customer=who, delivery_method=delivery,
-                      payments=[{"source": method["source"], "payment_method_id": method["payment_method_id"],
-                                 "amount": grand}])
+        call = action(
+            "create_booking",
+            theater_id=theater["theater_id"],
+            show_id=show["show_id"],
+            seats=seats,
+            customer=who,
+            delivery_method=delivery,
+            payments=[{"source": method["source"], "payment_method_id": method["payment_method_id"], "amount": grand}],
+        )
         if refuse:
             return [self.draft("action_refusal", request, reads, call, ("create_booking", "show_id", show["show_id"]))]
         return [self.draft("action_write", request, [*reads, preview, call])]
 
 
 def all_shows(database: Database) -> list[tuple[dict[str, Any], str, dict[str, Any]]]:
-    return [(theater, date, show) for _, theater in database.records(THEATERS)
-            for date, day in (theater.get("dates") or {}).items() for show in day.get("shows") or []
-            if show.get("status") == "scheduled"]
+    return [
+        (theater, date, show)
+        for _, theater in database.records(THEATERS)
+        for date, day in (theater.get("dates") or {}).items()
+        for show in day.get("shows") or []
+        if show.get("status") == "scheduled"
+    ]
 
 
 def drafts(generator: Generator) -> list[Draft]:

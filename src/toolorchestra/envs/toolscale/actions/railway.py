@@ -53,8 +53,11 @@ BAG_FEE, BIKE_FEE = 15, 10
 TEXT = {"type": "string", "minLength": 1}
 COUNT = {"type": "integer", "minimum": 0}
 DATE = {"type": "string", "pattern": r"^\d{4}-\d{2}-\d{2}$", "description": "YYYY-MM-DD"}
-PASSENGERS_SCHEMA = {"type": "array", "minItems": 1, "items": object_schema(
-    {"first_name": TEXT, "last_name": TEXT, "dob": DATE})}
+PASSENGERS_SCHEMA = {
+    "type": "array",
+    "minItems": 1,
+    "items": object_schema({"first_name": TEXT, "last_name": TEXT, "dob": DATE}),
+}
 RESERVATION_ARGS = {"user_id": TEXT, "reservation_id": TEXT}
 METHOD = {"payment_method_id": TEXT}
 
@@ -151,27 +154,39 @@ def cancel_reservation(database: Database, arguments: dict[str, Any]) -> Any:
     for segment in record.get("trains") or []:
         leaves = departure(database, segment)
         if leaves is not None and leaves <= CLOCK:
-            raise ToolFailure(f"train {segment.get('train_number')} on {segment.get('date')} has already departed; "
-                              "a journey under way cannot be cancelled here: transfer to a human agent")
+            raise ToolFailure(
+                f"train {segment.get('train_number')} on {segment.get('date')} has already departed; "
+                "a journey under way cannot be cancelled here: transfer to a human agent"
+            )
     cancelled, insured = cancelled_trains(database, record), record.get("insurance") == "yes"
-    grounds = ((["booked within the last 24 hours"] if booked_recently(record) else [])
-               + [f"train {train} is cancelled" for train in cancelled]
-               + (["first_class reservation"] if travel_class(record) == "first_class" else [])
-               + ([f"travel insurance covers {reason}"] if insured and reason in COVERED else []))
+    grounds = (
+        (["booked within the last 24 hours"] if booked_recently(record) else [])
+        + [f"train {train} is cancelled" for train in cancelled]
+        + (["first_class reservation"] if travel_class(record) == "first_class" else [])
+        + ([f"travel insurance covers {reason}"] if insured and reason in COVERED else [])
+    )
     if not grounds:
-        insurance = (f"the reason {reason!r} is not one the insurance covers" if insured
-                     else "it has no travel insurance")
-        raise ToolFailure(f"reservation {key!r} cannot be cancelled: it was not booked within the last 24 hours, "
-                          f"none of its trains is cancelled, its class is {travel_class(record) or 'unknown'} "
-                          f"(not first_class) and {insurance} (covered reasons: {', '.join(COVERED)})")
+        insurance = (
+            f"the reason {reason!r} is not one the insurance covers" if insured else "it has no travel insurance"
+        )
+        raise ToolFailure(
+            f"reservation {key!r} cannot be cancelled: it was not booked within the last 24 hours, "
+            f"none of its trains is cancelled, its class is {travel_class(record) or 'unknown'} "
+            f"(not first_class) and {insurance} (covered reasons: {', '.join(COVERED)})"
+        )
     net: dict[str, float] = {}
     for payment in record.get("payment_history") or []:
         net[str(payment.get("payment_id"))] = net.get(str(payment.get("payment_id")), 0.0) + float(payment["amount"])
     refunds = [{"payment_id": pid, "amount": -amount} for pid, amount in net.items() if amount > 0]
     database.update(RESERVATIONS, key, "payment_history", [*(record.get("payment_history") or []), *refunds])
     database.update(RESERVATIONS, key, "status", "cancelled")
-    return {"reservation_id": key, "status": "cancelled", "grounds": grounds, "refunds": refunds,
-            "note": "refunds reach the original payment methods within 5 to 7 business days"}
+    return {
+        "reservation_id": key,
+        "status": "cancelled",
+        "grounds": grounds,
+        "refunds": refunds,
+        "note": "refunds reach the original payment methods within 5 to 7 business days",
+    }
 
 
 def bag_fees(bags: int, bikes: int, passengers: int) -> int:
@@ -213,11 +228,13 @@ def update_passengers(database: Database, arguments: dict[str, Any]) -> Any:
         try:
             born = datetime.date.fromisoformat(person["dob"])
         except ValueError:
-            raise ToolFailure(f"invalid argument passengers.{index}.dob: {person['dob']!r} is not a real "
-                              "YYYY-MM-DD date") from None
+            raise ToolFailure(
+                f"invalid argument passengers.{index}.dob: {person['dob']!r} is not a real YYYY-MM-DD date"
+            ) from None
         if born > CLOCK.date():
-            raise ToolFailure(f"invalid argument passengers.{index}.dob: {person['dob']} is after today "
-                              f"({CLOCK.date()})")
+            raise ToolFailure(
+                f"invalid argument passengers.{index}.dob: {person['dob']} is after today ({CLOCK.date()})"
+            )
         people.append({**names, "dob": person["dob"]})
     if people == record.get("passengers"):
         raise ToolFailure(f"the passengers of reservation {key!r} are already these; nothing to change")
@@ -247,36 +264,69 @@ def add_wallet_funds(database: Database, arguments: dict[str, Any]) -> Any:
 
 
 def specs(domain: Domain) -> list[ToolSpec]:
-    def write(name: str, description: str, required: dict[str, Any], optional: dict[str, Any] | None,
-              handler: Any, collection: str = RESERVATIONS, key: str = "reservation_id") -> ToolSpec:
+    def write(
+        name: str,
+        description: str,
+        required: dict[str, Any],
+        optional: dict[str, Any] | None,
+        handler: Any,
+        collection: str = RESERVATIONS,
+        key: str = "reservation_id",
+    ) -> ToolSpec:
         return write_spec(name, description, object_schema(required, optional), handler, collection, key)
 
     # reason and amount are checked in the handlers (not by enum / multipleOf) so that a value the policy
     # does not allow fails with the rule's own message
     return [
-        write("cancel_reservation", "Cancel the user's reservation (none of it departed) when it was booked in the "
-              "last 24 hours, a train of it is cancelled, it is first_class, or it is insured and the reason is "
-              "covered (health, weather); payments are refunded to the original methods.",
-              {**RESERVATION_ARGS, "reason": {"type": "string", "minLength": 1,
-                                              "description": "one of " + ", ".join(REASONS)}}, None,
-              cancel_reservation),
-        write("modify_reservation_bags", "Set the reservation's total bags and bikes ($15 per bag beyond 1 per "
-              "passenger, $10 per bike); the fee difference is charged or refunded to one saved payment method.",
-              {**RESERVATION_ARGS, "total_bags": COUNT, "bikes": COUNT}, METHOD, modify_bags),
-        write("update_passengers", "Update the names and dates of birth (YYYY-MM-DD) of the reservation's "
-              "passengers (same number of passengers).", {**RESERVATION_ARGS, "passengers": PASSENGERS_SCHEMA},
-              None, update_passengers),
-        write("add_wallet_funds", "Add a positive whole-dollar amount to the user's wallet (created if the user "
-              "has none), optionally funded by a saved card.",
-              {"user_id": TEXT, "amount": {"type": "number", "description": "whole dollars, > 0"}}, METHOD,
-              add_wallet_funds, USERS, "user_id"),
+        write(
+            "cancel_reservation",
+            "Cancel the user's reservation (none of it departed) when it was booked in the "
+            "last 24 hours, a train of it is cancelled, it is first_class, or it is insured and the reason is "
+            "covered (health, weather); payments are refunded to the original methods.",
+            {
+                **RESERVATION_ARGS,
+                "reason": {"type": "string", "minLength": 1, "description": "one of " + ", ".join(REASONS)},
+            },
+            None,
+            cancel_reservation,
+        ),
+        write(
+            "modify_reservation_bags",
+            "Set the reservation's total bags and bikes ($15 per bag beyond 1 per "
+            "passenger, $10 per bike); the fee difference is charged or refunded to one saved payment method.",
+            {**RESERVATION_ARGS, "total_bags": COUNT, "bikes": COUNT},
+            METHOD,
+            modify_bags,
+        ),
+        write(
+            "update_passengers",
+            "Update the names and dates of birth (YYYY-MM-DD) of the reservation's "
+            "passengers (same number of passengers).",
+            {**RESERVATION_ARGS, "passengers": PASSENGERS_SCHEMA},
+            None,
+            update_passengers,
+        ),
+        write(
+            "add_wallet_funds",
+            "Add a positive whole-dollar amount to the user's wallet (created if the user "
+            "has none), optionally funded by a saved card.",
+            {"user_id": TEXT, "amount": {"type": "number", "description": "whole dollars, > 0"}},
+            METHOD,
+            add_wallet_funds,
+            USERS,
+            "user_id",
+        ),
     ]
 
 
 # --- tasks -----------------------------------------------------------------------------------------
-REASON_WORDS = {"change_of_plan": "my plans changed", "health": "I am ill (a health reason)",
-                "weather": "a storm is forecast (weather)", "train_cancelled": "one of my trains was cancelled",
-                "other": "personal reasons"}
+REASON_WORDS = {
+    "change_of_plan": "my plans changed",
+    "health": "I am ill (a health reason)",
+    "weather": "a storm is forecast (weather)",
+    "train_cancelled": "one of my trains was cancelled",
+    "other": "personal reasons",
+}
 TOP_UPS = (20, 50, 75, 100, 150, 200)
 
 
@@ -291,11 +341,22 @@ class RailwayDrafter:
         self.profile = action("get_user", user_id=user_id)
         self.methods = record.get("payment_methods") or {}
 
-    def draft(self, family: str, request: str, actions: list[dict[str, Any]], refused: dict[str, Any] | None = None,
-              forbid: tuple[tuple[str, str, str], ...] = ()) -> Draft:
-        return Draft(family, f"{USERS}/{self.user_id}", f"Hi, my email is {self.email}. {request}",
-                     [self.auth, *actions], refused=[refused] if refused else [],
-                     forbidden=[{"name": name, "argument": arg, "value": value} for name, arg, value in forbid])
+    def draft(
+        self,
+        family: str,
+        request: str,
+        actions: list[dict[str, Any]],
+        refused: dict[str, Any] | None = None,
+        forbid: tuple[tuple[str, str, str], ...] = (),
+    ) -> Draft:
+        return Draft(
+            family,
+            f"{USERS}/{self.user_id}",
+            f"Hi, my email is {self.email}. {request}",
+            [self.auth, *actions],
+            refused=[refused] if refused else [],
+            forbidden=[{"name": name, "argument": arg, "value": value} for name, arg, value in forbid],
+        )
 
     def call(self, name: str, reservation_id: str, **arguments: Any) -> dict[str, Any]:
         return action(name, user_id=self.user_id, reservation_id=reservation_id, **arguments)
@@ -314,19 +375,28 @@ class RailwayDrafter:
         else:  # insured or not: a covered reason cancels only with insurance
             reason = self.rng.choice(("change_of_plan", "health", "weather", "other"))
         allowed = reservation.get("status") != "cancelled" and bool(
-            cancelled or first or (reservation.get("insurance") == "yes" and reason in COVERED))
+            cancelled or first or (reservation.get("insurance") == "yes" and reason in COVERED)
+        )
         reads = [action("get_reservation", reservation_id=key)]
         if cancelled:  # the agent checks the train's status on the date before relying on it
-            reads += [action("get_train", train_number=number)
-                      for number in dict.fromkeys(s["train_number"] for s in reservation["trains"])
-                      if base.get(TRAINS, number) is not None]
+            reads += [
+                action("get_train", train_number=number)
+                for number in dict.fromkeys(s["train_number"] for s in reservation["trains"])
+                if base.get(TRAINS, number) is not None
+            ]
         call = self.call("cancel_reservation", key, reason=reason)
         request = f"Please cancel my reservation {key}; the reason: {REASON_WORDS[reason]}."
         if allowed:
             return [self.draft("action_write", request, [*reads, call])]
-        return [self.draft("action_refusal", request, reads, call,
-                           (("cancel_reservation", "reservation_id", key),
-                            ("set_reservation_status", "reservation_id", key)))]
+        return [
+            self.draft(
+                "action_refusal",
+                request,
+                reads,
+                call,
+                (("cancel_reservation", "reservation_id", key), ("set_reservation_status", "reservation_id", key)),
+            )
+        ]
 
     def bag_task(self, key: str, reservation: dict[str, Any]) -> list[Draft]:
         bags, bikes = int(reservation["total_bags"]), int(reservation["bikes"])
@@ -337,8 +407,10 @@ class RailwayDrafter:
         new_bags, new_bikes = self.rng.choice(options)
         delta = bag_fees(new_bags, new_bikes, count) - bag_fees(bags, bikes, count)
         call = self.call("modify_reservation_bags", key, total_bags=new_bags, bikes=new_bikes)
-        request = (f"Please change my reservation {key} to {new_bags} bag{'s' * (new_bags != 1)} in total and "
-                   f"{new_bikes} bike{'s' * (new_bikes != 1)}.")
+        request = (
+            f"Please change my reservation {key} to {new_bags} bag{'s' * (new_bags != 1)} in total and "
+            f"{new_bikes} bike{'s' * (new_bikes != 1)}."
+        )
         reads = [action("get_reservation", reservation_id=key)]
         forbid = (("modify_reservation_bags", "reservation_id", key),)
         if not delta:
@@ -350,8 +422,15 @@ class RailwayDrafter:
         foreign = self.rng.random() < 0.15 and self.foreign_card()
         if foreign:  # a method from another profile: the policy takes only the user's saved ones
             call["arguments"]["payment_method_id"] = foreign
-            return [self.draft("action_refusal", f"{request} Use my card {foreign} for the difference.",
-                               [*reads, self.profile], call, forbid)]
+            return [
+                self.draft(
+                    "action_refusal",
+                    f"{request} Use my card {foreign} for the difference.",
+                    [*reads, self.profile],
+                    call,
+                    forbid,
+                )
+            ]
         call["arguments"]["payment_method_id"] = method_id
         request += f" Use my {source} {method_id} for the difference."
         balance = (self.methods[method_id].get("extra_info") or {}).get("amount") or 0
@@ -360,9 +439,13 @@ class RailwayDrafter:
         return [self.draft("action_write", request, [*reads, self.profile, call])]
 
     def foreign_card(self) -> str | None:
-        cards = [m for other, u in self.gen.domain.base[USERS].items() if other != self.user_id
-                 for m, method in (u.get("payment_methods") or {}).items() if method.get("source") == "card"
-                 and m not in self.methods]
+        cards = [
+            m
+            for other, u in self.gen.domain.base[USERS].items()
+            if other != self.user_id
+            for m, method in (u.get("payment_methods") or {}).items()
+            if method.get("source") == "card" and m not in self.methods
+        ]
         return self.rng.choice(cards) if cards else None
 
     def passenger_tasks(self, key: str, reservation: dict[str, Any]) -> list[Draft]:
@@ -378,15 +461,27 @@ class RailwayDrafter:
             return "; ".join(f"{p['first_name']} {p['last_name']} (born {p['dob']})" for p in group)
 
         read = action("get_reservation", reservation_id=key)
-        drafts = [self.draft("action_write", f"Please correct the passengers of my reservation {key}; they should be: "
-                             f"{who(people)}.", [read, self.call("update_passengers", key, passengers=people)])]
+        drafts = [
+            self.draft(
+                "action_write",
+                f"Please correct the passengers of my reservation {key}; they should be: {who(people)}.",
+                [read, self.call("update_passengers", key, passengers=people)],
+            )
+        ]
         if self.rng.random() < 0.3:
-            extra = [*reservation["passengers"], {"first_name": "sam", "last_name": people[0]["last_name"],
-                                                  "dob": "2012-06-01"}]
-            drafts.append(self.draft("action_refusal", f"Please add a passenger to my reservation {key}: the "
-                                     f"passengers should be {who(extra)}.", [read],
-                                     self.call("update_passengers", key, passengers=extra),
-                                     (("update_passengers", "reservation_id", key),)))
+            extra = [
+                *reservation["passengers"],
+                {"first_name": "sam", "last_name": people[0]["last_name"], "dob": "2012-06-01"},
+            ]
+            drafts.append(
+                self.draft(
+                    "action_refusal",
+                    f"Please add a passenger to my reservation {key}: the passengers should be {who(extra)}.",
+                    [read],
+                    self.call("update_passengers", key, passengers=extra),
+                    (("update_passengers", "reservation_id", key),),
+                )
+            )
         return drafts
 
     def wallet_task(self) -> list[Draft]:
@@ -394,8 +489,15 @@ class RailwayDrafter:
         forbid = (("add_wallet_funds", "user_id", self.user_id),)
         if self.rng.random() < 0.25:  # cents: the policy takes whole dollars only
             odd = amount + self.rng.choice([0.5, 0.25, 0.99])
-            return [self.draft("action_refusal", f"Please add {fact_text(odd)} dollars to my wallet.", [self.profile],
-                               action("add_wallet_funds", user_id=self.user_id, amount=odd), forbid)]
+            return [
+                self.draft(
+                    "action_refusal",
+                    f"Please add {fact_text(odd)} dollars to my wallet.",
+                    [self.profile],
+                    action("add_wallet_funds", user_id=self.user_id, amount=odd),
+                    forbid,
+                )
+            ]
         call = action("add_wallet_funds", user_id=self.user_id, amount=amount)
         request = f"Please add {amount} dollars to my wallet"
         if card and self.rng.random() < 0.5:
@@ -406,11 +508,16 @@ class RailwayDrafter:
     def foreign_reservation_task(self, key: str, other_id: str) -> list[Draft]:
         """Another user's reservation: not this user's to cancel, whatever the grounds."""
         call = self.call("cancel_reservation", key, reason="change_of_plan")
-        return [self.draft("action_refusal", f"Please cancel reservation {key} of my friend {other_id}; "
-                           f"the reason: {REASON_WORDS['change_of_plan']}.",
-                           [action("get_reservation", reservation_id=key)], call,
-                           (("cancel_reservation", "reservation_id", key),
-                            ("set_reservation_status", "reservation_id", key)))]
+        return [
+            self.draft(
+                "action_refusal",
+                f"Please cancel reservation {key} of my friend {other_id}; "
+                f"the reason: {REASON_WORDS['change_of_plan']}.",
+                [action("get_reservation", reservation_id=key)],
+                call,
+                (("cancel_reservation", "reservation_id", key), ("set_reservation_status", "reservation_id", key)),
+            )
+        ]
 
 
 def drafts(generator: Generator) -> list[Draft]:

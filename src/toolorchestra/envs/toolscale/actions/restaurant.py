@@ -46,12 +46,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from toolorchestra.envs.toolscale.actions.shared import (
-    address_of,
-    existing,
-    money,
-    positive_amount,
-)
+from toolorchestra.envs.toolscale.actions.shared import address_of, existing, money, positive_amount
 from toolorchestra.envs.toolscale.drafts import Draft, action, fact_text
 from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema
 
@@ -98,9 +93,9 @@ def placed_ticket(database: Database, ref: str, doing: str) -> dict[str, Any]:
 
 def require_mode(record: dict[str, Any], mode: str, doing: str) -> None:
     if record.get("service_mode") != mode:
-        raise ToolFailure(f"ticket {record['ticket_ref']!r} is {record.get('service_mode')}; only {mode} tickets "
-                          f"can {doing}")
-
+        raise ToolFailure(
+            f"ticket {record['ticket_ref']!r} is {record.get('service_mode')}; only {mode} tickets can {doing}"
+        )
 
 
 def payment_charges(record: dict[str, Any]) -> list[dict[str, Any]]:
@@ -123,8 +118,10 @@ def ticket_lines(record: dict[str, Any], plate_refs: list[str]) -> list[int]:
     for plate_ref, count in Counter(plate_refs).items():
         if held[plate_ref] < count:
             have = f"only {held[plate_ref]}" if held[plate_ref] else "none"
-            raise ToolFailure(f"invalid argument plate_refs: {count} x {plate_ref!r} requested but ticket "
-                              f"{record['ticket_ref']!r} has {have}; the plates must be on the ticket")
+            raise ToolFailure(
+                f"invalid argument plate_refs: {count} x {plate_ref!r} requested but ticket "
+                f"{record['ticket_ref']!r} has {have}; the plates must be on the ticket"
+            )
     pools: dict[str, list[int]] = {}
     for index, entry in enumerate(entries):
         pools.setdefault(entry.get("plate_ref"), []).append(index)
@@ -138,11 +135,14 @@ def replacement(database: Database, entry: dict[str, Any], new_ref: str) -> dict
         raise ToolFailure(f"no plate with plate_ref {new_ref!r} on the menu")
     dish_ref, plate = found
     if dish_ref != entry.get("dish_ref"):
-        raise ToolFailure(f"plate {new_ref!r} belongs to dish {dish_ref!r}, not to dish {entry.get('dish_ref')!r} of "
-                          f"plate {entry.get('plate_ref')!r}; a replacement must be a plate of the same dish")
+        raise ToolFailure(
+            f"plate {new_ref!r} belongs to dish {dish_ref!r}, not to dish {entry.get('dish_ref')!r} of "
+            f"plate {entry.get('plate_ref')!r}; a replacement must be a plate of the same dish"
+        )
     if new_ref == entry.get("plate_ref"):
-        raise ToolFailure(f"plate {new_ref!r} is the plate it would replace; a replacement must be another plate of "
-                          "the same dish")
+        raise ToolFailure(
+            f"plate {new_ref!r} is the plate it would replace; a replacement must be another plate of the same dish"
+        )
     if plate.get("served_today") is not True:
         raise ToolFailure(f"plate {new_ref!r} is not served today; a replacement must be available today")
     return plate
@@ -155,8 +155,9 @@ def cancel_ticket(database: Database, arguments: dict[str, Any]) -> Any:
     if not arguments["reason"].strip():
         raise ToolFailure("invalid argument reason: a non-empty reason is required")
     charges = record.get("charges") or []
-    refunds = [{"kind": "refund", "total": c["total"], "instrument_ref": c["instrument_ref"]}
-               for c in payment_charges(record)]
+    refunds = [
+        {"kind": "refund", "total": c["total"], "instrument_ref": c["instrument_ref"]} for c in payment_charges(record)
+    ]
     database.update(TICKETS, ref, "charges", [*charges, *refunds])
     database.update(TICKETS, ref, "state", "cancelled")
     return {"ticket_ref": ref, "state": "cancelled", "refunds": refunds}
@@ -191,8 +192,11 @@ def modify_table(database: Database, arguments: dict[str, Any]) -> Any:
     if blank:
         raise ToolFailure(f"invalid argument {blank[0]}: zone, table_no and seat_count are all required")
     # the schema's integer admits 4.0; the stored seat_count stays an int like the data's
-    table = {"zone": arguments["zone"].strip(), "table_no": arguments["table_no"].strip(),
-             "seat_count": int(arguments["seat_count"])}
+    table = {
+        "zone": arguments["zone"].strip(),
+        "table_no": arguments["table_no"].strip(),
+        "seat_count": int(arguments["seat_count"]),
+    }
     database.update(TICKETS, ref, "table_info", table)
     return {"ticket_ref": ref, "old_table_info": record.get("table_info"), "table_info": table}
 
@@ -202,13 +206,16 @@ def modify_payment(database: Database, arguments: dict[str, Any]) -> Any:
     record = placed_ticket(database, ref, "change their payment instrument")
     paid = payment_charges(record)
     if len(paid) != 1:
-        raise ToolFailure(f"ticket {ref!r} has {len(paid)} payment charges; a payment instrument change needs "
-                          "exactly one")
+        raise ToolFailure(
+            f"ticket {ref!r} has {len(paid)} payment charges; a payment instrument change needs exactly one"
+        )
     require_saved(database, record, new)
     old = paid[0]
     if new == old.get("instrument_ref"):
-        raise ToolFailure(f"instrument_ref {new!r} already pays for ticket {ref!r}; the new instrument must be "
-                          "different from the current one")
+        raise ToolFailure(
+            f"instrument_ref {new!r} already pays for ticket {ref!r}; the new instrument must be "
+            "different from the current one"
+        )
     payment = {"kind": "payment", "total": old.get("total"), "instrument_ref": new}
     refund = {"kind": "refund", "total": old.get("total"), "instrument_ref": old.get("instrument_ref")}
     database.update(TICKETS, ref, "charges", [*(record.get("charges") or []), payment, refund])
@@ -220,8 +227,10 @@ def modify_plates(database: Database, arguments: dict[str, Any]) -> Any:
     old_refs, new_refs = arguments["plate_refs"], arguments["new_plate_refs"]
     record = placed_ticket(database, ref, "change their plates")
     if len(old_refs) != len(new_refs):
-        raise ToolFailure(f"plate_refs has {len(old_refs)} plates and new_plate_refs {len(new_refs)}; they must be "
-                          "the same length, aligned by position")
+        raise ToolFailure(
+            f"plate_refs has {len(old_refs)} plates and new_plate_refs {len(new_refs)}; they must be "
+            "the same length, aligned by position"
+        )
     require_saved(database, record, instrument)
     entries = [dict(entry) for entry in record.get("line_entries") or []]
     difference = 0.0
@@ -233,8 +242,11 @@ def modify_plates(database: Database, arguments: dict[str, Any]) -> Any:
     difference = money(difference)
     charge = None
     if difference:  # equal costs move no money, so no zero charge clutters the ticket
-        charge = {"kind": "payment" if difference > 0 else "refund", "total": abs(difference),
-                  "instrument_ref": instrument}
+        charge = {
+            "kind": "payment" if difference > 0 else "refund",
+            "total": abs(difference),
+            "instrument_ref": instrument,
+        }
         database.update(TICKETS, ref, "charges", [*(record.get("charges") or []), charge])
     database.update(TICKETS, ref, "line_entries", entries)
     return {"ticket_ref": ref, "line_entries": entries, "difference": difference, "charge": charge}
@@ -243,36 +255,73 @@ def modify_plates(database: Database, arguments: dict[str, Any]) -> Any:
 def specs(domain: Domain) -> list[ToolSpec]:
     address = {name: TEXT for name in ADDRESS_FIELDS}
     return [
-        ToolSpec("cancel_ticket", "WRITE. Cancel a placed ticket; its payments are refunded to their instruments.",
-                 object_schema({"ticket_ref": ID, "reason": {"type": "string", "minLength": 1}}), cancel_ticket,
-                 writes=True, collection=TICKETS, key_argument="ticket_ref"),
-        ToolSpec("add_tip", "WRITE. Add a tip (>= 0) to a ticket that is not cancelled, charged to a saved "
-                 "instrument of the ticket's patron.",
-                 object_schema({"ticket_ref": ID, "amount": {"type": "number", "minimum": 0}, "instrument_ref": ID}),
-                 add_tip, writes=True, collection=TICKETS, key_argument="ticket_ref"),
-        ToolSpec("modify_ticket_dropoff", "WRITE. Replace the dropoff address of a placed delivery ticket (all "
-                 "fields; line_two may be empty).", object_schema({"ticket_ref": ID, **address}), modify_dropoff,
-                 writes=True, collection=TICKETS, key_argument="ticket_ref"),
-        ToolSpec("modify_ticket_table", "WRITE. Replace the table information of a placed dine-in ticket.",
-                 object_schema({"ticket_ref": ID, "zone": TEXT, "table_no": TEXT,
-                                "seat_count": {"type": "integer", "minimum": 1}}), modify_table,
-                 writes=True, collection=TICKETS, key_argument="ticket_ref"),
-        ToolSpec("modify_ticket_payment", "WRITE. Pay a placed ticket (exactly one payment) with another saved "
-                 "instrument of its patron: a new payment of the same total, a refund to the old instrument.",
-                 object_schema({"ticket_ref": ID, "instrument_ref": ID}), modify_payment,
-                 writes=True, collection=TICKETS, key_argument="ticket_ref"),
-        ToolSpec("modify_ticket_plates", "WRITE. Replace plates of a placed ticket with other plates of the same "
-                 "dish served today (lists aligned by position); the cost difference is charged or refunded to a "
-                 "saved instrument of the ticket's patron.",
-                 object_schema({"ticket_ref": ID, "plate_refs": PLATES, "new_plate_refs": PLATES,
-                                "instrument_ref": ID}), modify_plates,
-                 writes=True, collection=TICKETS, key_argument="ticket_ref"),
+        ToolSpec(
+            "cancel_ticket",
+            "WRITE. Cancel a placed ticket; its payments are refunded to their instruments.",
+            object_schema({"ticket_ref": ID, "reason": {"type": "string", "minLength": 1}}),
+            cancel_ticket,
+            writes=True,
+            collection=TICKETS,
+            key_argument="ticket_ref",
+        ),
+        ToolSpec(
+            "add_tip",
+            "WRITE. Add a tip (>= 0) to a ticket that is not cancelled, charged to a saved "
+            "instrument of the ticket's patron.",
+            object_schema({"ticket_ref": ID, "amount": {"type": "number", "minimum": 0}, "instrument_ref": ID}),
+            add_tip,
+            writes=True,
+            collection=TICKETS,
+            key_argument="ticket_ref",
+        ),
+        ToolSpec(
+            "modify_ticket_dropoff",
+            "WRITE. Replace the dropoff address of a placed delivery ticket (all fields; line_two may be empty).",
+            object_schema({"ticket_ref": ID, **address}),
+            modify_dropoff,
+            writes=True,
+            collection=TICKETS,
+            key_argument="ticket_ref",
+        ),
+        ToolSpec(
+            "modify_ticket_table",
+            "WRITE. Replace the table information of a placed dine-in ticket.",
+            object_schema(
+                {"ticket_ref": ID, "zone": TEXT, "table_no": TEXT, "seat_count": {"type": "integer", "minimum": 1}}
+            ),
+            modify_table,
+            writes=True,
+            collection=TICKETS,
+            key_argument="ticket_ref",
+        ),
+        ToolSpec(
+            "modify_ticket_payment",
+            "WRITE. Pay a placed ticket (exactly one payment) with another saved "
+            "instrument of its patron: a new payment of the same total, a refund to the old instrument.",
+            object_schema({"ticket_ref": ID, "instrument_ref": ID}),
+            modify_payment,
+            writes=True,
+            collection=TICKETS,
+            key_argument="ticket_ref",
+        ),
+        ToolSpec(
+            "modify_ticket_plates",
+            "WRITE. Replace plates of a placed ticket with other plates of the same "
+            "dish served today (lists aligned by position); the cost difference is charged or refunded to a "
+            "saved instrument of the ticket's patron.",
+            object_schema({"ticket_ref": ID, "plate_refs": PLATES, "new_plate_refs": PLATES, "instrument_ref": ID}),
+            modify_plates,
+            writes=True,
+            collection=TICKETS,
+            key_argument="ticket_ref",
+        ),
     ]
 
 
 # --- tasks -----------------------------------------------------------------------------------------
-def ticket_tasks(generator: Generator, owner: str, email: str, ref: str, record: dict[str, Any],
-                 instruments: list[str]) -> list[Draft]:
+def ticket_tasks(
+    generator: Generator, owner: str, email: str, ref: str, record: dict[str, Any], instruments: list[str]
+) -> list[Draft]:
     """Cancel (or a refusal when not placed) and, for half of the tickets, a tip."""
     auth = action("find_guest_id_by_email", email=email)
     read = action("get_ticket", ticket_ref=ref)
@@ -282,13 +331,27 @@ def ticket_tasks(generator: Generator, owner: str, email: str, ref: str, record:
     if record.get("state") == "placed":
         drafts = [Draft("action_write", owner, request, [auth, read, cancel])]
     else:
-        drafts = [Draft("action_refusal", owner, request, [auth, read], refused=[cancel],
-                        forbidden=[{"name": "cancel_ticket", "argument": "ticket_ref", "value": ref}])]
+        drafts = [
+            Draft(
+                "action_refusal",
+                owner,
+                request,
+                [auth, read],
+                refused=[cancel],
+                forbidden=[{"name": "cancel_ticket", "argument": "ticket_ref", "value": ref}],
+            )
+        ]
     if instruments and record.get("state") != "cancelled" and generator.rng.random() < 0.5:
         amount, instrument = generator.rng.choice(TIP_AMOUNTS), generator.rng.choice(instruments)
-        drafts.append(Draft("action_write", owner, f"Hi, my email is {email}. Please add a tip of {fact_text(amount)} "
-                            f"to my ticket {ref}, charged to my saved instrument {instrument}.",
-                            [auth, read, action("add_tip", ticket_ref=ref, amount=amount, instrument_ref=instrument)]))
+        drafts.append(
+            Draft(
+                "action_write",
+                owner,
+                f"Hi, my email is {email}. Please add a tip of {fact_text(amount)} "
+                f"to my ticket {ref}, charged to my saved instrument {instrument}.",
+                [auth, read, action("add_tip", ticket_ref=ref, amount=amount, instrument_ref=instrument)],
+            )
+        )
     return drafts
 
 
@@ -317,8 +380,14 @@ class ModificationDrafter:
     def draft(self, request: str, reads: list[dict[str, Any]], call: dict[str, Any], allowed: bool) -> Draft:
         if allowed:
             return Draft("action_write", self.owner, f"{self.hello} {request}", [*reads, call])
-        return Draft("action_refusal", self.owner, f"{self.hello} {request}", reads, refused=[call],
-                     forbidden=[{"name": call["name"], "argument": "ticket_ref", "value": self.ref}])
+        return Draft(
+            "action_refusal",
+            self.owner,
+            f"{self.hello} {request}",
+            reads,
+            refused=[call],
+            forbidden=[{"name": call["name"], "argument": "ticket_ref", "value": self.ref}],
+        )
 
     def tasks(self) -> list[Draft]:
         mode, drafts = self.record.get("service_mode"), []
@@ -340,43 +409,74 @@ class ModificationDrafter:
     def dropoff_tasks(self) -> list[Draft]:
         """A move to another patron's real address, in the same nation where one exists."""
         current = self.record.get("dropoff") or {}
-        locations = [patron["location"] for patron in self.base[PATRONS].values()
-                     if isinstance(patron.get("location"), dict) and patron["location"] != current
-                     and all(isinstance(patron["location"].get(name), str) for name in ADDRESS_FIELDS)]
+        locations = [
+            patron["location"]
+            for patron in self.base[PATRONS].values()
+            if isinstance(patron.get("location"), dict)
+            and patron["location"] != current
+            and all(isinstance(patron["location"].get(name), str) for name in ADDRESS_FIELDS)
+        ]
         if not locations:
             return []
         near = [loc for loc in locations if loc.get("nation") == (current or self.patron["location"]).get("nation")]
         chosen = self.rng.choice(near or locations)
         new = {name: chosen[name] for name in ADDRESS_FIELDS}
         request = f"Please deliver my ticket {self.ref} to this address instead: {address_text(new)}."
-        return [self.draft(request, self.reads, action("modify_ticket_dropoff", ticket_ref=self.ref, **new),
-                           self.allowed("delivery"))]
+        return [
+            self.draft(
+                request,
+                self.reads,
+                action("modify_ticket_dropoff", ticket_ref=self.ref, **new),
+                self.allowed("delivery"),
+            )
+        ]
 
     def table_tasks(self) -> list[Draft]:
         """A move to another real table (a table of another ticket) and, for some dine-in tickets, more seats."""
         current = self.record.get("table_info")
-        tables = sorted({(t["zone"], t["table_no"], t["seat_count"]) for t in
-                         (other.get("table_info") for other in self.base[TICKETS].values()) if isinstance(t, dict)
-                         and (not current or (t["zone"], t["table_no"]) != (current["zone"], current["table_no"]))})
+        tables = sorted(
+            {
+                (t["zone"], t["table_no"], t["seat_count"])
+                for t in (other.get("table_info") for other in self.base[TICKETS].values())
+                if isinstance(t, dict)
+                and (not current or (t["zone"], t["table_no"]) != (current["zone"], current["table_no"]))
+            }
+        )
         if not tables:
             return []
         zone, table_no, seats = self.rng.choice(tables)
         new = {"zone": zone, "table_no": table_no, "seat_count": seats}
-        drafts = [self.draft(f"For my ticket {self.ref}, please move us to {table_text(new)}.", self.reads,
-                             action("modify_ticket_table", ticket_ref=self.ref, **new), self.allowed("dine_in"))]
+        drafts = [
+            self.draft(
+                f"For my ticket {self.ref}, please move us to {table_text(new)}.",
+                self.reads,
+                action("modify_ticket_table", ticket_ref=self.ref, **new),
+                self.allowed("dine_in"),
+            )
+        ]
         if current and self.allowed("dine_in") and self.rng.random() < SEAT_SHARE:
             more = {**current, "seat_count": current["seat_count"] + self.rng.choice(SEATS_ADDED)}
-            drafts.append(self.draft(f"More friends are joining: for my ticket {self.ref}, please keep our table "
-                                     f"but make it {table_text(more)}.", self.reads,
-                                     action("modify_ticket_table", ticket_ref=self.ref, **more), True))
+            drafts.append(
+                self.draft(
+                    f"More friends are joining: for my ticket {self.ref}, please keep our table "
+                    f"but make it {table_text(more)}.",
+                    self.reads,
+                    action("modify_ticket_table", ticket_ref=self.ref, **more),
+                    True,
+                )
+            )
         return drafts
 
     def payment_tasks(self) -> list[Draft]:
         """Every patron has one saved instrument, the one that paid: the user names it again or another
         patron's instrument (not saved); both are refused, as is any change of a ticket not placed."""
         paid = (payment_charges(self.record) or [{}])[0].get("instrument_ref")
-        others = sorted(ref for guest, patron in self.base[PATRONS].items() if guest != self.record.get("guest_ref")
-                        for ref in patron.get("saved_instruments") or {})
+        others = sorted(
+            ref
+            for guest, patron in self.base[PATRONS].items()
+            if guest != self.record.get("guest_ref")
+            for ref in patron.get("saved_instruments") or {}
+        )
         if not paid and not others:
             return []
         if paid and (not others or self.rng.random() < 0.5):
@@ -386,8 +486,9 @@ class ModificationDrafter:
             new = self.rng.choice(others)
             request = f"Please pay my ticket {self.ref} with my other card instead, instrument {new}."
         reads = [*self.reads, action("get_guest", guest_ref=self.record["guest_ref"])]
-        return [self.draft(request, reads, action("modify_ticket_payment", ticket_ref=self.ref, instrument_ref=new),
-                           False)]
+        return [
+            self.draft(request, reads, action("modify_ticket_payment", ticket_ref=self.ref, instrument_ref=new), False)
+        ]
 
     def plate_tasks(self) -> list[Draft]:
         """A swap for another plate of the same dish where the menu has one (done when placed), and for some a
@@ -397,28 +498,42 @@ class ModificationDrafter:
         if not entries or instrument is None:
             return []
         drafts = []
-        swaps = [(entry, plate_ref) for entry in entries
-                 for plate_ref, plate in (menu.get(entry.get("dish_ref"), {}).get("selections") or {}).items()
-                 if plate_ref != entry.get("plate_ref") and plate.get("served_today") is True]
+        swaps = [
+            (entry, plate_ref)
+            for entry in entries
+            for plate_ref, plate in (menu.get(entry.get("dish_ref"), {}).get("selections") or {}).items()
+            if plate_ref != entry.get("plate_ref") and plate.get("served_today") is True
+        ]
         if swaps:
             entry, new = self.rng.choice(swaps)
             drafts.append(self.plate_draft(entry, new, instrument, self.placed))
         if self.rng.random() < PLATE_SHARE:
             entry = self.rng.choice(entries)
-            others = sorted(plate_ref for dish_ref, dish in menu.items() if dish_ref != entry.get("dish_ref")
-                            for plate_ref, plate in (dish.get("selections") or {}).items()
-                            if plate.get("served_today") is True)
+            others = sorted(
+                plate_ref
+                for dish_ref, dish in menu.items()
+                if dish_ref != entry.get("dish_ref")
+                for plate_ref, plate in (dish.get("selections") or {}).items()
+                if plate.get("served_today") is True
+            )
             if others:
                 drafts.append(self.plate_draft(entry, self.rng.choice(others), instrument, False))
         return drafts
 
     def plate_draft(self, entry: dict[str, Any], new: str, instrument: str, allowed: bool) -> Draft:
         old = entry["plate_ref"]
-        request = (f"On my ticket {self.ref}, please replace plate {old} ({entry.get('label')}) with plate {new}; "
-                   f"settle any price difference with my saved instrument {instrument}.")
+        request = (
+            f"On my ticket {self.ref}, please replace plate {old} ({entry.get('label')}) with plate {new}; "
+            f"settle any price difference with my saved instrument {instrument}."
+        )
         reads = [*self.reads, action("get_dish", dish_ref=entry["dish_ref"])]
-        call = action("modify_ticket_plates", ticket_ref=self.ref, plate_refs=[old], new_plate_refs=[new],
-                      instrument_ref=instrument)
+        call = action(
+            "modify_ticket_plates",
+            ticket_ref=self.ref,
+            plate_refs=[old],
+            new_plate_refs=[new],
+            instrument_ref=instrument,
+        )
         return self.draft(request, reads, call, allowed)
 
 

@@ -37,13 +37,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from toolorchestra.envs.toolscale.actions.shared import (
-    AMOUNT_SCHEMA,
-    existing,
-    money,
-    new_key,
-    positive_amount,
-)
+from toolorchestra.envs.toolscale.actions.shared import AMOUNT_SCHEMA, existing, money, new_key, positive_amount
 from toolorchestra.envs.toolscale.drafts import Draft, action, fact_text
 from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema
 
@@ -92,14 +86,18 @@ def distinct(ids: list[str], argument: str) -> None:
 
 def require_term(record: dict[str, Any], term: str) -> None:
     if record.get("term") != term:
-        raise ToolFailure(f"course {record['course_id']!r} is in term {record.get('term')}, not {term}; all courses "
-                          "must be in the registration's term")
+        raise ToolFailure(
+            f"course {record['course_id']!r} is in term {record.get('term')}, not {term}; all courses "
+            "must be in the registration's term"
+        )
 
 
 def require_open(record: dict[str, Any]) -> None:
     if int(record.get("current_enrollment", 0)) >= int(record.get("capacity", 0)):
-        raise ToolFailure(f"course {record['course_id']!r} ({record.get('course_code')}) is full (enrollment "
-                          f"{record.get('current_enrollment')} of capacity {record.get('capacity')})")
+        raise ToolFailure(
+            f"course {record['course_id']!r} ({record.get('course_code')}) is full (enrollment "
+            f"{record.get('current_enrollment')} of capacity {record.get('capacity')})"
+        )
 
 
 def clash(first: dict[str, Any], second: dict[str, Any]) -> str | None:
@@ -108,22 +106,25 @@ def clash(first: dict[str, Any], second: dict[str, Any]) -> str | None:
     a, b = first.get("meeting_pattern") or {}, second.get("meeting_pattern") or {}
     days = sorted(set(a.get("days") or []) & set(b.get("days") or []))
     overlap = a.get("start_time_est", "") < b.get("end_time_est", "") and b.get("start_time_est", "") < a.get(
-        "end_time_est", "")
+        "end_time_est", ""
+    )
     return days[0] if days and overlap else None
 
 
 def require_no_conflict(records: list[dict[str, Any]]) -> None:
     for index, first in enumerate(records):
-        for second in records[index + 1:]:
+        for second in records[index + 1 :]:
             if day := clash(first, second):
-                raise ToolFailure(f"schedule conflict: courses {first['course_id']!r} and {second['course_id']!r} "
-                                  f"overlap on {day}")
+                raise ToolFailure(
+                    f"schedule conflict: courses {first['course_id']!r} and {second['course_id']!r} overlap on {day}"
+                )
 
 
 def saved_method(holder: dict[str, Any], payment_id: str, argument: str) -> None:
     if payment_id not in (holder.get("payment_methods") or {}):
-        raise ToolFailure(f"{argument} {payment_id!r} is not a saved payment method of student "
-                          f"{holder.get('student_id')!r}")
+        raise ToolFailure(
+            f"{argument} {payment_id!r} is not a saved payment method of student {holder.get('student_id')!r}"
+        )
 
 
 def tuition(record: dict[str, Any], level: str) -> float:
@@ -131,23 +132,33 @@ def tuition(record: dict[str, Any], level: str) -> float:
 
 
 def course_line(record: dict[str, Any], grading: str, level: str) -> dict[str, Any]:
-    return {"course_id": record["course_id"], "course_code": record.get("course_code"), "section": None,
-            "title": record.get("title"), "credits": record.get("credits", 0), "grading_option": grading,
-            "tuition": tuition(record, level)}
+    return {
+        "course_id": record["course_id"],
+        "course_code": record.get("course_code"),
+        "section": None,
+        "title": record.get("title"),
+        "credits": record.get("credits", 0),
+        "grading_option": grading,
+        "tuition": tuition(record, level),
+    }
 
 
 def load(lines: list[dict[str, Any]]) -> dict[str, Any]:
     credits = sum(int(line.get("credits", 0)) for line in lines)
-    return {"total_credits": credits, "status": "full-time" if credits >= FULL_TIME_CREDITS else "part-time",
-            "overload_credits": max(0, credits - STANDARD_LOAD)}
+    return {
+        "total_credits": credits,
+        "status": "full-time" if credits >= FULL_TIME_CREDITS else "part-time",
+        "overload_credits": max(0, credits - STANDARD_LOAD),
+    }
 
 
 def enroll(database: Database, course_ids: list[str], delta: int) -> None:
     for course_id in course_ids:
         record = database.get(COURSES, course_id)
         if record is not None:
-            database.update(COURSES, course_id, "current_enrollment",
-                            max(0, int(record.get("current_enrollment", 0)) + delta))
+            database.update(
+                COURSES, course_id, "current_enrollment", max(0, int(record.get("current_enrollment", 0)) + delta)
+            )
 
 
 # --- tools -----------------------------------------------------------------------------------------
@@ -163,8 +174,10 @@ def register_courses(database: Database, arguments: dict[str, Any]) -> Any:
         require_term(record, term)
         require_open(record)
     require_no_conflict(chosen)
-    lines = [course_line(record, pick.get("grading_option", "letter"), level)
-             for record, pick in zip(chosen, picks, strict=True)]
+    lines = [
+        course_line(record, pick.get("grading_option", "letter"), level)
+        for record, pick in zip(chosen, picks, strict=True)
+    ]
     fee = HEALTH_FEE if arguments["health_insurance"] == "yes" else 0.0
     total = money(sum(line["tuition"] for line in lines) + fee)
     payments = arguments["payments"]
@@ -174,18 +187,28 @@ def register_courses(database: Database, arguments: dict[str, Any]) -> Any:
         positive_amount({name: payment["amount"]}, name)
     paid = money(sum(float(payment["amount"]) for payment in payments))
     if paid != total:
-        raise ToolFailure(f"payments sum to {fact_text(paid)} but the total due is {fact_text(total)} (tuition "
-                          f"{fact_text(money(total - fee))} + health insurance fee {fact_text(fee)}); an initial "
-                          "registration must be paid exactly in full")
+        raise ToolFailure(
+            f"payments sum to {fact_text(paid)} but the total due is {fact_text(total)} (tuition "
+            f"{fact_text(money(total - fee))} + health insurance fee {fact_text(fee)}); an initial "
+            "registration must be paid exactly in full"
+        )
     key = new_key(database, REGISTRATIONS, 7)
     program = holder.get("program") or {}
-    record = {"registration_id": key, "student_id": student_id,
-              "campus": (chosen[0].get("location") or {}).get("campus"),
-              "program": f"{program.get('degree', '')} {program.get('major', '')}".strip(), "study_level": level,
-              "term": term, **load(lines), "courses": lines, "advisors": [], "created_at": TODAY,
-              "payment_history": [{"payment_id": p["payment_id"], "amount": money(float(p["amount"]))}
-                                  for p in payments], "financial_aid": {"scholarships": 0, "grants": 0, "loans": 0},
-              "health_insurance": arguments["health_insurance"]}
+    record = {
+        "registration_id": key,
+        "student_id": student_id,
+        "campus": (chosen[0].get("location") or {}).get("campus"),
+        "program": f"{program.get('degree', '')} {program.get('major', '')}".strip(),
+        "study_level": level,
+        "term": term,
+        **load(lines),
+        "courses": lines,
+        "advisors": [],
+        "created_at": TODAY,
+        "payment_history": [{"payment_id": p["payment_id"], "amount": money(float(p["amount"]))} for p in payments],
+        "financial_aid": {"scholarships": 0, "grants": 0, "loans": 0},
+        "health_insurance": arguments["health_insurance"],
+    }
     database.create(REGISTRATIONS, key, record)
     database.update(STUDENTS, student_id, "registrations", [*(holder.get("registrations") or []), key])
     enroll(database, [record["course_id"] for record in chosen], 1)
@@ -224,15 +247,18 @@ def changed_lines(database: Database, record: dict[str, Any], arguments: dict[st
     return list(lines.values())
 
 
-def settle(holder: dict[str, Any], record: dict[str, Any], difference: float,
-           payment_id: str | None) -> dict[str, Any] | None:
+def settle(
+    holder: dict[str, Any], record: dict[str, Any], difference: float, payment_id: str | None
+) -> dict[str, Any] | None:
     """The payment-history entry for a tuition difference (None when there is none)."""
     history = record.get("payment_history") or []
     if difference == 0 and payment_id is not None:
         raise ToolFailure("invalid argument payment_id: the tuition does not change; nothing to charge or refund")
     if difference > 0 and payment_id is None:
-        raise ToolFailure(f"the tuition increases by {fact_text(difference)}: a single saved payment method "
-                          "(payment_id) is required for the charge")
+        raise ToolFailure(
+            f"the tuition increases by {fact_text(difference)}: a single saved payment method "
+            "(payment_id) is required for the charge"
+        )
     if payment_id is not None and (difference > 0 or payment_id not in {e.get("payment_id") for e in history}):
         saved_method(holder, payment_id, "payment_id")  # refunds may also go back to a payment of the history
     if difference < 0 and payment_id is None:
@@ -248,8 +274,10 @@ def modify_registration(database: Database, arguments: dict[str, Any]) -> Any:
     record = own_registration(database, student_id, registration_id)
     insurance = arguments.get("health_insurance")
     if insurance is not None and insurance != record.get("health_insurance"):
-        raise ToolFailure(f"health insurance cannot be changed after the initial registration (it is "
-                          f"{record.get('health_insurance')!r} for {registration_id!r})")
+        raise ToolFailure(
+            f"health insurance cannot be changed after the initial registration (it is "
+            f"{record.get('health_insurance')!r} for {registration_id!r})"
+        )
     if not any(arguments.get(name) for name in ("add_courses", "drop_course_ids", "grading_changes")):
         raise ToolFailure("nothing to change: give add_courses, drop_course_ids or grading_changes")
     lines = changed_lines(database, record, arguments)
@@ -262,12 +290,17 @@ def modify_registration(database: Database, arguments: dict[str, Any]) -> Any:
         for name, value in load(lines).items():
             database.update(REGISTRATIONS, registration_id, name, value)
     if entry:
-        database.update(REGISTRATIONS, registration_id, "payment_history",
-                        [*(record.get("payment_history") or []), entry])
+        database.update(
+            REGISTRATIONS, registration_id, "payment_history", [*(record.get("payment_history") or []), entry]
+        )
     enroll(database, sorted(after - before), 1)
     enroll(database, sorted(before - after), -1)
-    return {"registration_id": registration_id, "tuition_difference": difference, "payment": entry,
-            "registration": database.get(REGISTRATIONS, registration_id)}
+    return {
+        "registration_id": registration_id,
+        "tuition_difference": difference,
+        "payment": entry,
+        "registration": database.get(REGISTRATIONS, registration_id),
+    }
 
 
 def cancel_registration(database: Database, arguments: dict[str, Any]) -> Any:
@@ -276,49 +309,85 @@ def cancel_registration(database: Database, arguments: dict[str, Any]) -> Any:
     net: dict[str, float] = {}  # per payment_id, what is still paid (earlier refunds count against it)
     for entry in record.get("payment_history") or []:
         net[entry["payment_id"]] = net.get(entry["payment_id"], 0.0) + float(entry.get("amount", 0))
-    refunds = [{"payment_id": payment_id, "amount": money(-amount)} for payment_id, amount in net.items()
-               if money(amount) > 0]
+    refunds = [
+        {"payment_id": payment_id, "amount": money(-amount)} for payment_id, amount in net.items() if money(amount) > 0
+    ]
     dropped = [line["course_id"] for line in record.get("courses") or []]
-    database.update(REGISTRATIONS, registration_id, "payment_history",
-                    [*(record.get("payment_history") or []), *refunds])
+    database.update(
+        REGISTRATIONS, registration_id, "payment_history", [*(record.get("payment_history") or []), *refunds]
+    )
     database.update(REGISTRATIONS, registration_id, "courses", [])
     for name, value in {"total_credits": 0, "overload_credits": 0, "status": CANCELED}.items():
         database.update(REGISTRATIONS, registration_id, name, value)
     enroll(database, dropped, -1)
-    return {"registration_id": registration_id, "status": CANCELED, "dropped_course_ids": dropped,
-            "refunds": refunds}
+    return {"registration_id": registration_id, "status": CANCELED, "dropped_course_ids": dropped, "refunds": refunds}
 
 
 def specs(domain: Domain) -> list[ToolSpec]:
     who = {"student_id": TEXT, "registration_id": TEXT}
     rates = ", ".join(f"{level} {fact_text(rate)}" for level, rate in RATE_PER_CREDIT.items())
     return [
-        ToolSpec("register_courses", "WRITE. Register a student for courses of one term: courses open, no schedule "
-                 f"conflict; tuition per course = credits x rate per credit ({rates}); health insurance 'yes' adds "
-                 f"{fact_text(HEALTH_FEE)}; payments (saved payment methods) must sum exactly to the total due. "
-                 "Grading defaults to letter.",
-                 object_schema({"student_id": TEXT, "term": {"type": "string", "minLength": 1,
-                                                             "description": "YYYY-TERM, e.g. 2025-SPRING"},
-                                "study_level": {"type": "string", "enum": list(LEVELS)},
-                                "courses": {"type": "array", "minItems": 1, "items": PICK_SCHEMA},
-                                "health_insurance": YES_NO,
-                                "payments": {"type": "array", "minItems": 1, "items": object_schema(
-                                    {"payment_id": TEXT, "amount": AMOUNT_SCHEMA})}}),
-                 register_courses, writes=True, collection=REGISTRATIONS, key_argument="student_id"),
-        ToolSpec("modify_registration", "WRITE. Add courses (same term, open; priced like register_courses), drop "
-                 "courses and/or change grading options of a student's registration; no schedule conflict. A tuition "
-                 "increase is charged to payment_id (a saved payment method); a decrease is refunded as a negative "
-                 "amount (to payment_id if given, else the latest payment). Health insurance cannot change.",
-                 object_schema(who, {"add_courses": {"type": "array", "items": PICK_SCHEMA},
-                                     "drop_course_ids": {"type": "array", "items": TEXT},
-                                     "grading_changes": {"type": "array", "items": object_schema(
-                                         {"course_id": TEXT, "grading_option": {"type": "string",
-                                                                                "enum": list(GRADING)}})},
-                                     "payment_id": TEXT, "health_insurance": YES_NO}),
-                 modify_registration, writes=True, collection=REGISTRATIONS, key_argument="registration_id"),
-        ToolSpec("cancel_registration", "WRITE. Cancel a student's registration: all courses dropped, every payment "
-                 "refunded as a negative amount to its payment_id.", object_schema(who), cancel_registration,
-                 writes=True, collection=REGISTRATIONS, key_argument="registration_id"),
+        ToolSpec(
+            "register_courses",
+            "WRITE. Register a student for courses of one term: courses open, no schedule "
+            f"conflict; tuition per course = credits x rate per credit ({rates}); health insurance 'yes' adds "
+            f"{fact_text(HEALTH_FEE)}; payments (saved payment methods) must sum exactly to the total due. "
+            "Grading defaults to letter.",
+            object_schema(
+                {
+                    "student_id": TEXT,
+                    "term": {"type": "string", "minLength": 1, "description": "YYYY-TERM, e.g. 2025-SPRING"},
+                    "study_level": {"type": "string", "enum": list(LEVELS)},
+                    "courses": {"type": "array", "minItems": 1, "items": PICK_SCHEMA},
+                    "health_insurance": YES_NO,
+                    "payments": {
+                        "type": "array",
+                        "minItems": 1,
+                        "items": object_schema({"payment_id": TEXT, "amount": AMOUNT_SCHEMA}),
+                    },
+                }
+            ),
+            register_courses,
+            writes=True,
+            collection=REGISTRATIONS,
+            key_argument="student_id",
+        ),
+        ToolSpec(
+            "modify_registration",
+            "WRITE. Add courses (same term, open; priced like register_courses), drop "
+            "courses and/or change grading options of a student's registration; no schedule conflict. A tuition "
+            "increase is charged to payment_id (a saved payment method); a decrease is refunded as a negative "
+            "amount (to payment_id if given, else the latest payment). Health insurance cannot change.",
+            object_schema(
+                who,
+                {
+                    "add_courses": {"type": "array", "items": PICK_SCHEMA},
+                    "drop_course_ids": {"type": "array", "items": TEXT},
+                    "grading_changes": {
+                        "type": "array",
+                        "items": object_schema(
+                            {"course_id": TEXT, "grading_option": {"type": "string", "enum": list(GRADING)}}
+                        ),
+                    },
+                    "payment_id": TEXT,
+                    "health_insurance": YES_NO,
+                },
+            ),
+            modify_registration,
+            writes=True,
+            collection=REGISTRATIONS,
+            key_argument="registration_id",
+        ),
+        ToolSpec(
+            "cancel_registration",
+            "WRITE. Cancel a student's registration: all courses dropped, every payment "
+            "refunded as a negative amount to its payment_id.",
+            object_schema(who),
+            cancel_registration,
+            writes=True,
+            collection=REGISTRATIONS,
+            key_argument="registration_id",
+        ),
     ]
 
 
@@ -348,18 +417,32 @@ class SchoolDrafter:
         self.methods = record.get("payment_methods") or {}
         self.lines = self.registration.get("courses") or []
 
-    def draft(self, family: str, request: str, actions: list[dict[str, Any]], refused: dict[str, Any] | None = None,
-              forbid: tuple[str, str, str] | None = None) -> Draft:
+    def draft(
+        self,
+        family: str,
+        request: str,
+        actions: list[dict[str, Any]],
+        refused: dict[str, Any] | None = None,
+        forbid: tuple[str, str, str] | None = None,
+    ) -> Draft:
         forbidden = [{"name": forbid[0], "argument": forbid[1], "value": forbid[2]}] if forbid else []
-        return Draft(family, self.owner, f"{self.hello} {request}", actions, forbidden=forbidden,
-                     refused=[refused] if refused else [])
+        return Draft(
+            family,
+            self.owner,
+            f"{self.hello} {request}",
+            actions,
+            forbidden=forbidden,
+            refused=[refused] if refused else [],
+        )
 
     def mine(self) -> tuple[str, list[dict[str, Any]]]:
         """How the student names the registration, and the reads that find it (some don't know its id)."""
         read = action("get_registration", registration_id=self.registration_id)
         if self.rng.random() < 0.3:
-            return (f"my {self.registration['term']} registration (I don't have its id)",
-                    [action("get_student", student_id=self.student_id), read])
+            return (
+                f"my {self.registration['term']} registration (I don't have its id)",
+                [action("get_student", student_id=self.student_id), read],
+            )
         return f"my registration {self.registration_id}", [read]
 
     def with_student(self, reads: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -368,8 +451,9 @@ class SchoolDrafter:
         return reads if student_read in reads else [*reads, student_read]
 
     def modify(self, **changes: Any) -> dict[str, Any]:
-        return action("modify_registration", student_id=self.student_id, registration_id=self.registration_id,
-                      **changes)
+        return action(
+            "modify_registration", student_id=self.student_id, registration_id=self.registration_id, **changes
+        )
 
     def method(self) -> tuple[str, str]:
         payment_id = self.rng.choice(sorted(self.methods))
@@ -381,10 +465,15 @@ class SchoolDrafter:
         drafts = [self.draft("action_write", f"Please cancel {which} and refund my payments.", [*reads, call])]
         if others and self.rng.random() < 0.3:  # someone else's registration: the tool refuses it
             other = self.rng.choice(others)
-            drafts.append(self.draft("action_refusal", f"Please cancel registration {other}.",
-                                     [action("get_registration", registration_id=other)],
-                                     action("cancel_registration", student_id=self.student_id, registration_id=other),
-                                     ("cancel_registration", "registration_id", other)))
+            drafts.append(
+                self.draft(
+                    "action_refusal",
+                    f"Please cancel registration {other}.",
+                    [action("get_registration", registration_id=other)],
+                    action("cancel_registration", student_id=self.student_id, registration_id=other),
+                    ("cancel_registration", "registration_id", other),
+                )
+            )
         return drafts
 
     def drop_task(self) -> list[Draft]:
@@ -394,27 +483,42 @@ class SchoolDrafter:
         request = f"Please drop {line['course_code']} ({line['course_id']}) from {which}."
         if self.methods and line.get("tuition") and self.rng.random() < 0.3:  # a refund to a named method
             payment_id, text = self.method()
-            return [self.draft("action_write", f"{request} Refund the tuition to my {text}.",
-                               [*self.with_student(reads),
-                                self.modify(drop_course_ids=[line["course_id"]], payment_id=payment_id)])]
+            return [
+                self.draft(
+                    "action_write",
+                    f"{request} Refund the tuition to my {text}.",
+                    [
+                        *self.with_student(reads),
+                        self.modify(drop_course_ids=[line["course_id"]], payment_id=payment_id),
+                    ],
+                )
+            ]
         return [self.draft("action_write", request, [*reads, self.modify(drop_course_ids=[line["course_id"]])])]
 
     def grading_task(self) -> list[Draft]:
         line, (which, reads) = self.rng.choice(self.lines), self.mine()
         option = self.rng.choice([option for option in GRADING if option != line.get("grading_option")])
         call = self.modify(grading_changes=[{"course_id": line["course_id"], "grading_option": option}])
-        return [self.draft("action_write", f"Please change the grading option of {line['course_code']} "
-                           f"({line['course_id']}) in {which} to {option}.", [*reads, call])]
+        return [
+            self.draft(
+                "action_write",
+                f"Please change the grading option of {line['course_code']} "
+                f"({line['course_id']}) in {which} to {option}.",
+                [*reads, call],
+            )
+        ]
 
     def add_tasks(self) -> list[Draft]:
         term, held = self.registration["term"], [self.catalog[line["course_id"]] for line in self.lines]
         registered = {record["course_id"] for record in held}
         same_term = [c for c in self.catalog.values() if c["term"] == term and c["course_id"] not in registered]
         fits = [c for c in same_term if not any(clash(c, other) for other in held)]
-        kinds = {"open": [c for c in fits if c["current_enrollment"] < c["capacity"]],
-                 "full": [c for c in fits if c["current_enrollment"] >= c["capacity"]],
-                 "conflict": [c for c in same_term if c not in fits and c["current_enrollment"] < c["capacity"]],
-                 "term": [c for c in self.catalog.values() if c["term"] != term]}
+        kinds = {
+            "open": [c for c in fits if c["current_enrollment"] < c["capacity"]],
+            "full": [c for c in fits if c["current_enrollment"] >= c["capacity"]],
+            "conflict": [c for c in same_term if c not in fits and c["current_enrollment"] < c["capacity"]],
+            "term": [c for c in self.catalog.values() if c["term"] != term],
+        }
         drafts = []
         if kinds["open"] and self.methods:
             drafts.append(self.add_draft(self.rng.choice(kinds["open"]), "action_write"))
@@ -426,32 +530,47 @@ class SchoolDrafter:
     def add_draft(self, added: dict[str, Any], family: str) -> Draft:
         grading = self.rng.choice(["letter", "letter", "pass/fail", "audit"])
         (which, reads), (payment_id, text) = self.mine(), self.method()
-        request = (f"Please add {added['course_code']} ({added['course_id']}) with {grading} grading to {which}; "
-                   f"charge any extra tuition to my {text}.")
+        request = (
+            f"Please add {added['course_code']} ({added['course_id']}) with {grading} grading to {which}; "
+            f"charge any extra tuition to my {text}."
+        )
         reads = self.with_student([*reads, action("get_course", course_id=added["course_id"])])
-        call = self.modify(add_courses=[{"course_id": added["course_id"], "grading_option": grading}],
-                           payment_id=payment_id)
+        call = self.modify(
+            add_courses=[{"course_id": added["course_id"], "grading_option": grading}], payment_id=payment_id
+        )
         if family == "action_write":
             return self.draft(family, request, [*reads, call])
-        return self.draft(family, request, reads, call, ("modify_registration", "registration_id",
-                                                         self.registration_id))
+        return self.draft(
+            family, request, reads, call, ("modify_registration", "registration_id", self.registration_id)
+        )
 
     def insurance_task(self) -> list[Draft]:
         if self.rng.random() >= 0.4:
             return []
         which, reads = self.mine()
         wanted = "no" if self.registration.get("health_insurance") == "yes" else "yes"
-        request = (f"Please remove the health insurance from {which}." if wanted == "no"
-                   else f"Please add health insurance to {which}.")
-        return [self.draft("action_refusal", request, reads, self.modify(health_insurance=wanted),
-                           ("modify_registration", "registration_id", self.registration_id))]
+        request = (
+            f"Please remove the health insurance from {which}."
+            if wanted == "no"
+            else f"Please add health insurance to {which}."
+        )
+        return [
+            self.draft(
+                "action_refusal",
+                request,
+                reads,
+                self.modify(health_insurance=wanted),
+                ("modify_registration", "registration_id", self.registration_id),
+            )
+        ]
 
     def register_tasks(self) -> list[Draft]:
         """A registration for the other term: done right (half of the students), or (a quarter) paid only in
         part, mixed with a course of another term, or with a full or conflicting course, refused."""
         term = "2025-FALL" if self.registration["term"] != "2025-FALL" else "2025-SPRING"
-        open_courses = [c for c in self.catalog.values()
-                        if c["term"] == term and c["current_enrollment"] < c["capacity"]]
+        open_courses = [
+            c for c in self.catalog.values() if c["term"] == term and c["current_enrollment"] < c["capacity"]
+        ]
         draw = self.rng.random()
         if not open_courses or not self.methods or draw >= 0.75:
             return []
@@ -467,26 +586,52 @@ class SchoolDrafter:
         refused = draw >= 0.5
         if refused and self.rng.random() < 0.5:  # pay part now: an initial registration is paid in full
             part = money(round(total / 2, -2))
-            payments, pay_text = [{"payment_id": payment_id, "amount": part}], (
-                f"pay only {fact_text(part)} now with my {text} and the rest later")
+            payments, pay_text = (
+                [{"payment_id": payment_id, "amount": part}],
+                (f"pay only {fact_text(part)} now with my {text} and the rest later"),
+            )
         elif refused:  # with a course that is full, conflicts or is of another term
-            chosen = [first, self.rng.choice([c for c in self.catalog.values() if c not in chosen and (
-                c["term"] != term or c["current_enrollment"] >= c["capacity"] or clash(first, c))])]
+            chosen = [
+                first,
+                self.rng.choice(
+                    [
+                        c
+                        for c in self.catalog.values()
+                        if c not in chosen
+                        and (c["term"] != term or c["current_enrollment"] >= c["capacity"] or clash(first, c))
+                    ]
+                ),
+            ]
             total = money(sum(tuition(c, level) for c in chosen) + (HEALTH_FEE if insurance == "yes" else 0))
             payments = [{"payment_id": payment_id, "amount": total}]
-        picks = [{"course_id": c["course_id"], "grading_option": self.rng.choice(["letter", "letter", "pass/fail"])}
-                 for c in chosen]
-        listed = ", ".join(f"{c['course_code']} ({c['course_id']}, {p['grading_option']})"
-                           for c, p in zip(chosen, picks, strict=True))
-        request = (f"Please register me for {term} at study level {level} in {listed}; health insurance: {insurance}; "
-                   f"{pay_text}.")
-        reads = [action("get_student", student_id=self.student_id),
-                 *[action("get_course", course_id=c["course_id"]) for c in chosen]]
-        call = action("register_courses", student_id=self.student_id, term=term, study_level=level, courses=picks,
-                      health_insurance=insurance, payments=payments)
+        picks = [
+            {"course_id": c["course_id"], "grading_option": self.rng.choice(["letter", "letter", "pass/fail"])}
+            for c in chosen
+        ]
+        listed = ", ".join(
+            f"{c['course_code']} ({c['course_id']}, {p['grading_option']})" for c, p in zip(chosen, picks, strict=True)
+        )
+        request = (
+            f"Please register me for {term} at study level {level} in {listed}; health insurance: {insurance}; "
+            f"{pay_text}."
+        )
+        reads = [
+            action("get_student", student_id=self.student_id),
+            *[action("get_course", course_id=c["course_id"]) for c in chosen],
+        ]
+        call = action(
+            "register_courses",
+            student_id=self.student_id,
+            term=term,
+            study_level=level,
+            courses=picks,
+            health_insurance=insurance,
+            payments=payments,
+        )
         if refused:
-            return [self.draft("action_refusal", request, reads, call, ("register_courses", "student_id",
-                                                                        self.student_id))]
+            return [
+                self.draft("action_refusal", request, reads, call, ("register_courses", "student_id", self.student_id))
+            ]
         return [self.draft("action_write", request, [*reads, call])]
 
 

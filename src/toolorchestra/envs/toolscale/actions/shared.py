@@ -45,8 +45,9 @@ def positive_amount(arguments: dict[str, Any], name: str = "amount", allow_zero:
     """The validated amount argument: a finite number > 0 (>= 0 with allow_zero), as a float."""
     value = arguments[name]
     if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
-        raise ToolFailure(f"invalid argument {name}: expected a finite number {'>=' if allow_zero else '>'} 0, "
-                          f"got {value!r}")
+        raise ToolFailure(
+            f"invalid argument {name}: expected a finite number {'>=' if allow_zero else '>'} 0, got {value!r}"
+        )
     return float(value)
 
 
@@ -54,12 +55,20 @@ def money(value: float) -> float:
     return round(value, 2)
 
 
-def write_spec(name: str, description: str, parameters: dict[str, Any], handler: Any, collection: str,
-               key_argument: str) -> ToolSpec:
+def write_spec(
+    name: str, description: str, parameters: dict[str, Any], handler: Any, collection: str, key_argument: str
+) -> ToolSpec:
     """A policy write action: its description marked WRITE for the agent, and the collection and key argument
     that name the record it changes (what refusals forbid)."""
-    return ToolSpec(name, f"WRITE. {description}", parameters, handler, writes=True, collection=collection,
-                    key_argument=key_argument)
+    return ToolSpec(
+        name,
+        f"WRITE. {description}",
+        parameters,
+        handler,
+        writes=True,
+        collection=collection,
+        key_argument=key_argument,
+    )
 
 
 def address_of(arguments: dict[str, Any], fields: Sequence[str], optional: Sequence[str]) -> dict[str, str]:
@@ -67,8 +76,9 @@ def address_of(arguments: dict[str, Any], fields: Sequence[str], optional: Seque
     blank = [name for name in fields if name not in optional and not arguments[name].strip()]
     if blank:
         required = ", ".join(name for name in fields if name not in optional)
-        raise ToolFailure(f"invalid argument {blank[0]}: every address field but {', '.join(optional)} ({required}) "
-                          "is required")
+        raise ToolFailure(
+            f"invalid argument {blank[0]}: every address field but {', '.join(optional)} ({required}) is required"
+        )
     return {name: arguments[name].strip() for name in fields}
 
 

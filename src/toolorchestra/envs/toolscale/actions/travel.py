@@ -41,14 +41,23 @@ TRAVELERS, PACKAGES, AGENTS = "travelers", "packages", "agents"
 TEXT = {"type": "string", "minLength": 1}
 DATE = {"type": "string", "pattern": r"^\d\d-\d\d-\d\d$", "description": "YY-MM-DD"}
 TIME_RANGE = {"type": "string", "pattern": r"^\d\d:\d\d-\d\d:\d\d$", "description": "HH:MM-HH:MM"}
-ADD_ONS_SCHEMA = {"type": "array", "items": object_schema(
-    {"type": TEXT, "description": TEXT, "price": {"type": "number", "minimum": 0}})}
-PEOPLE_SCHEMA = {"type": "array", "minItems": 1, "items": object_schema(
-    {"first_name": TEXT, "last_name": TEXT, "dob": DATE})}
+ADD_ONS_SCHEMA = {
+    "type": "array",
+    "items": object_schema({"type": TEXT, "description": TEXT, "price": {"type": "number", "minimum": 0}}),
+}
+PEOPLE_SCHEMA = {
+    "type": "array",
+    "minItems": 1,
+    "items": object_schema({"first_name": TEXT, "last_name": TEXT, "dob": DATE}),
+}
 BOOKING_ARGS = {"traveler_id": TEXT, "booking_id": TEXT}
 METHOD = {"payment_method_id": TEXT}
-ADD_ON_CHOICES = (("excursion", "Guided city walking tour", 80.0), ("transfer", "Private airport transfer", 120.0),
-                  ("meal", "Farewell dinner", 95.0), ("upgrade", "Room upgrade", 250.0))
+ADD_ON_CHOICES = (
+    ("excursion", "Guided city walking tour", 80.0),
+    ("transfer", "Private airport transfer", 120.0),
+    ("meal", "Farewell dinner", 95.0),
+    ("upgrade", "Room upgrade", 250.0),
+)
 
 
 # --- lookups ---------------------------------------------------------------------------------------
@@ -95,8 +104,11 @@ def charge(booking: dict[str, Any], method_id: str | None, delta: float) -> dict
     if not delta:
         return booking
     entry = {"payment_id": method_id, "amount": delta}
-    return {**booking, "payment_history": [*(booking.get("payment_history") or []), entry],
-            "total_price": money(float(booking.get("total_price") or 0) + delta)}
+    return {
+        **booking,
+        "payment_history": [*(booking.get("payment_history") or []), entry],
+        "total_price": money(float(booking.get("total_price") or 0) + delta),
+    }
 
 
 def move_slots(database: Database, package_id: str, date: str, change: int) -> None:
@@ -112,11 +124,14 @@ def update_departure_date(database: Database, arguments: dict[str, Any]) -> Any:
         raise ToolFailure(f"the booking already departs on {new_date}")
     target, count = departure(database, package_id, new_date), len(booking.get("travelers") or [])
     if target.get("status") != "available":
-        raise ToolFailure(f"departure {new_date} of package {package_id!r} is {target.get('status')}; "
-                          "only an available departure can be selected")
+        raise ToolFailure(
+            f"departure {new_date} of package {package_id!r} is {target.get('status')}; "
+            "only an available departure can be selected"
+        )
     if int(target.get("available_slots") or 0) < count:
-        raise ToolFailure(f"departure {new_date} has {target.get('available_slots')} available slots; "
-                          f"the booking needs {count}")
+        raise ToolFailure(
+            f"departure {new_date} has {target.get('available_slots')} available slots; the booking needs {count}"
+        )
     old_price = float(departure(database, package_id, old_date).get("base_price") or 0)
     delta = money((float(target.get("base_price") or 0) - old_price) * count)
     method = saved_method(database, arguments["traveler_id"], arguments.get("payment_method_id"), delta)
@@ -174,39 +189,81 @@ def schedule_meeting(database: Database, arguments: dict[str, Any]) -> Any:
         raise ToolFailure(f"agent {agent_id!r} has no availability on {date}")
     slots = [s for s in day.get("slots") or [] if re.fullmatch(r"\d\d:\d\d-\d\d:\d\d", s)]
     if not any(minutes(s)[0] <= start and end <= minutes(s)[1] for s in slots):
-        raise ToolFailure(f"time_range {time_range} is not inside an available slot of agent {agent_id!r} on {date} "
-                          f"({', '.join(slots) or 'none'})")
+        raise ToolFailure(
+            f"time_range {time_range} is not inside an available slot of agent {agent_id!r} on {date} "
+            f"({', '.join(slots) or 'none'})"
+        )
     meetings = list(agent.get("meetings") or [])
-    clash = [m for m in meetings if m["date"] == date and minutes(m["time_range"])[0] < end
-             and start < minutes(m["time_range"])[1]]
+    clash = [
+        m
+        for m in meetings
+        if m["date"] == date and minutes(m["time_range"])[0] < end and start < minutes(m["time_range"])[1]
+    ]
     if clash:
         raise ToolFailure(f"agent {agent_id!r} already has a meeting on {date} at {clash[0]['time_range']}")
-    meeting = {"traveler_id": arguments["traveler_id"], "date": date, "time_range": time_range,
-               "timezone": day.get("timezone")}
+    meeting = {
+        "traveler_id": arguments["traveler_id"],
+        "date": date,
+        "time_range": time_range,
+        "timezone": day.get("timezone"),
+    }
     database.update(AGENTS, agent_id, "meetings", [*meetings, meeting])
     return {"agent_id": agent_id, "meeting": meeting}
 
 
 def specs(domain: Domain) -> list[ToolSpec]:
-    def write(name: str, description: str, required: dict[str, Any], optional: dict[str, Any] | None,
-              handler: Any, collection: str = TRAVELERS, key: str = "booking_id") -> ToolSpec:
+    def write(
+        name: str,
+        description: str,
+        required: dict[str, Any],
+        optional: dict[str, Any] | None,
+        handler: Any,
+        collection: str = TRAVELERS,
+        key: str = "booking_id",
+    ) -> ToolSpec:
         return write_spec(name, description, object_schema(required, optional), handler, collection, key)
 
     return [
-        write("update_booking_departure_date", "Move the traveler's booking to another departure date of the same "
-              "package (available, enough slots); the base-price difference is charged or refunded to a saved "
-              "payment method.", {**BOOKING_ARGS, "new_departure_date": DATE}, METHOD, update_departure_date),
-        write("update_booking_add_ons", "Replace the whole add-on list of the traveler's booking; the difference "
-              "is charged or refunded to a saved payment method.", {**BOOKING_ARGS, "add_ons": ADD_ONS_SCHEMA},
-              METHOD, update_add_ons),
-        write("update_booking_travelers", "Update the names and dates of birth of the booking's travelers (same "
-              "number of travelers).", {**BOOKING_ARGS, "travelers": PEOPLE_SCHEMA}, None, update_travelers),
-        write("update_booking_rooming", "Change the booking's rooming (price neutral).",
-              {**BOOKING_ARGS, "room_type": TEXT, "occupancy": {"type": "integer", "minimum": 1}}, None,
-              update_rooming),
-        write("schedule_agent_meeting", "Schedule a meeting of the traveler with an agent inside one of the agent's "
-              "available slots.", {"agent_id": TEXT, "date": DATE, "time_range": TIME_RANGE, "traveler_id": TEXT},
-              None, schedule_meeting, AGENTS, "agent_id"),
+        write(
+            "update_booking_departure_date",
+            "Move the traveler's booking to another departure date of the same "
+            "package (available, enough slots); the base-price difference is charged or refunded to a saved "
+            "payment method.",
+            {**BOOKING_ARGS, "new_departure_date": DATE},
+            METHOD,
+            update_departure_date,
+        ),
+        write(
+            "update_booking_add_ons",
+            "Replace the whole add-on list of the traveler's booking; the difference "
+            "is charged or refunded to a saved payment method.",
+            {**BOOKING_ARGS, "add_ons": ADD_ONS_SCHEMA},
+            METHOD,
+            update_add_ons,
+        ),
+        write(
+            "update_booking_travelers",
+            "Update the names and dates of birth of the booking's travelers (same number of travelers).",
+            {**BOOKING_ARGS, "travelers": PEOPLE_SCHEMA},
+            None,
+            update_travelers,
+        ),
+        write(
+            "update_booking_rooming",
+            "Change the booking's rooming (price neutral).",
+            {**BOOKING_ARGS, "room_type": TEXT, "occupancy": {"type": "integer", "minimum": 1}},
+            None,
+            update_rooming,
+        ),
+        write(
+            "schedule_agent_meeting",
+            "Schedule a meeting of the traveler with an agent inside one of the agent's available slots.",
+            {"agent_id": TEXT, "date": DATE, "time_range": TIME_RANGE, "traveler_id": TEXT},
+            None,
+            schedule_meeting,
+            AGENTS,
+            "agent_id",
+        ),
     ]
 
 
@@ -221,11 +278,23 @@ class TravelDrafter:
         self.profile = action("get_traveler", traveler_id=traveler_id)
         self.methods = list(record.get("payment_methods") or {})
 
-    def draft(self, family: str, request: str, actions: list[dict[str, Any]], refused: dict[str, Any] | None = None,
-              forbid: tuple[str, str, str] | None = None) -> Draft:
+    def draft(
+        self,
+        family: str,
+        request: str,
+        actions: list[dict[str, Any]],
+        refused: dict[str, Any] | None = None,
+        forbid: tuple[str, str, str] | None = None,
+    ) -> Draft:
         forbidden = [{"name": forbid[0], "argument": forbid[1], "value": forbid[2]}] if forbid else []
-        return Draft(family, f"{TRAVELERS}/{self.traveler_id}", f"Hi, my traveler id is {self.traveler_id}. {request}",
-                     [self.profile, *actions], forbidden=forbidden, refused=[refused] if refused else [])
+        return Draft(
+            family,
+            f"{TRAVELERS}/{self.traveler_id}",
+            f"Hi, my traveler id is {self.traveler_id}. {request}",
+            [self.profile, *actions],
+            forbidden=forbidden,
+            refused=[refused] if refused else [],
+        )
 
     def call(self, name: str, booking: dict[str, Any], **arguments: Any) -> dict[str, Any]:
         return action(name, traveler_id=self.traveler_id, booking_id=booking["booking_id"], **arguments)
@@ -258,8 +327,15 @@ class TravelDrafter:
         if bad:
             date = self.rng.choice(bad)
             call = self.call("update_booking_departure_date", booking, new_departure_date=date)
-            drafts.append(self.draft("action_refusal", ask(date) + self.pay_with(1, call), [read], call,
-                                     ("update_booking_departure_date", "booking_id", booking["booking_id"])))
+            drafts.append(
+                self.draft(
+                    "action_refusal",
+                    ask(date) + self.pay_with(1, call),
+                    [read],
+                    call,
+                    ("update_booking_departure_date", "booking_id", booking["booking_id"]),
+                )
+            )
         return drafts
 
     def add_on_task(self, booking: dict[str, Any]) -> list[Draft]:
@@ -267,14 +343,23 @@ class TravelDrafter:
         add_ons = [*(booking.get("add_ons") or []), {"type": kind, "description": description, "price": price}]
         call = self.call("update_booking_add_ons", booking, add_ons=add_ons)
         listed = "; ".join(f"{a['type']}: {a['description']} ({fact_text(float(a['price']))})" for a in add_ons)
-        request = (f"Please add the add-on '{description}' ({kind}, {fact_text(price)}) to my booking "
-                   f"{booking['booking_id']}, keeping the others; the full list is then: {listed}.")
+        request = (
+            f"Please add the add-on '{description}' ({kind}, {fact_text(price)}) to my booking "
+            f"{booking['booking_id']}, keeping the others; the full list is then: {listed}."
+        )
         if self.methods:
             return [self.draft("action_write", request + self.pay_with(price, call), [call])]
         unsaved = "PM-" + self.traveler_id  # no saved method: the user offers one that is not on file
         call["arguments"]["payment_method_id"] = unsaved
-        return [self.draft("action_refusal", request + f" Charge my card {unsaved}.", [], call,
-                           ("update_booking_add_ons", "booking_id", booking["booking_id"]))]
+        return [
+            self.draft(
+                "action_refusal",
+                request + f" Charge my card {unsaved}.",
+                [],
+                call,
+                ("update_booking_add_ons", "booking_id", booking["booking_id"]),
+            )
+        ]
 
     def traveler_tasks(self, booking: dict[str, Any]) -> list[Draft]:
         people = [dict(person) for person in booking["travelers"]]
@@ -282,33 +367,55 @@ class TravelDrafter:
         old_name = people[index]["last_name"]
         people[index]["last_name"] = old_name + "-" + self.rng.choice(["Berg", "Moreau", "Silva", "Tanaka"])
         who = "; ".join(f"{p['first_name']} {p['last_name']} (born {p['dob']})" for p in people)
-        drafts = [self.draft("action_write", f"My companion's last name changed. Please update the travelers of my "
-                             f"booking {booking['booking_id']} to: {who}.",
-                             [self.call("update_booking_travelers", booking, travelers=people)])]
+        drafts = [
+            self.draft(
+                "action_write",
+                f"My companion's last name changed. Please update the travelers of my "
+                f"booking {booking['booking_id']} to: {who}.",
+                [self.call("update_booking_travelers", booking, travelers=people)],
+            )
+        ]
         if self.rng.random() < 0.4:
             extra = [*booking["travelers"], {"first_name": "Sam", "last_name": old_name, "dob": "10-06-01"}]
             who = "; ".join(f"{p['first_name']} {p['last_name']} (born {p['dob']})" for p in extra)
             call = self.call("update_booking_travelers", booking, travelers=extra)
-            drafts.append(self.draft("action_refusal", f"Please add a traveler to my booking {booking['booking_id']}: "
-                                     f"the travelers should be {who}.", [], call,
-                                     ("update_booking_travelers", "booking_id", booking["booking_id"])))
+            drafts.append(
+                self.draft(
+                    "action_refusal",
+                    f"Please add a traveler to my booking {booking['booking_id']}: the travelers should be {who}.",
+                    [],
+                    call,
+                    ("update_booking_travelers", "booking_id", booking["booking_id"]),
+                )
+            )
         return drafts
 
     def rooming_task(self, booking: dict[str, Any]) -> list[Draft]:
         current = (booking.get("rooming") or {}).get("room_type")
         room = self.rng.choice([r for r in ("single", "double", "twin", "triple", "suite") if r != current])
         occupancy = len(booking["travelers"])
-        return [self.draft("action_write", f"Please change the rooming of my booking {booking['booking_id']} to a "
-                           f"{room} room for {occupancy}.",
-                           [self.call("update_booking_rooming", booking, room_type=room, occupancy=occupancy)])]
+        return [
+            self.draft(
+                "action_write",
+                f"Please change the rooming of my booking {booking['booking_id']} to a {room} room for {occupancy}.",
+                [self.call("update_booking_rooming", booking, room_type=room, occupancy=occupancy)],
+            )
+        ]
 
     def foreign_booking_task(self, other_id: str, booking: dict[str, Any]) -> list[Draft]:
         """Another traveler's booking: not theirs to change."""
         room = "suite"
         call = self.call("update_booking_rooming", booking, room_type=room, occupancy=len(booking["travelers"]))
-        return [self.draft("action_refusal", f"Please change the rooming of booking {booking['booking_id']} "
-                           f"(my friend {other_id}'s) to a {room} room.", [], call,
-                           ("update_booking_rooming", "booking_id", booking["booking_id"]))]
+        return [
+            self.draft(
+                "action_refusal",
+                f"Please change the rooming of booking {booking['booking_id']} "
+                f"(my friend {other_id}'s) to a {room} room.",
+                [],
+                call,
+                ("update_booking_rooming", "booking_id", booking["booking_id"]),
+            )
+        ]
 
     def meeting_tasks(self, agent_id: str) -> list[Draft]:
         agent = self.base[AGENTS][agent_id]
@@ -320,8 +427,9 @@ class TravelDrafter:
         start = slot.split("-")[0]
         hour = int(start[:2]) + 1
         time_range = f"{start}-{hour:02d}:{start[3:]}"
-        call = action("schedule_agent_meeting", agent_id=agent_id, date=date, time_range=time_range,
-                      traveler_id=self.traveler_id)
+        call = action(
+            "schedule_agent_meeting", agent_id=agent_id, date=date, time_range=time_range, traveler_id=self.traveler_id
+        )
         read = action("get_agent", agent_id=agent_id)
 
         def ask(d: str, t: str) -> str:
@@ -332,8 +440,15 @@ class TravelDrafter:
         if self.rng.random() < 0.4 and late < "23:00":
             late_range = f"{late}-{int(late[:2]) + 1:02d}:30"
             refused = {**call, "arguments": {**call["arguments"], "time_range": late_range}}
-            drafts.append(self.draft("action_refusal", ask(date, late_range), [read], refused,
-                                     ("schedule_agent_meeting", "agent_id", agent_id)))
+            drafts.append(
+                self.draft(
+                    "action_refusal",
+                    ask(date, late_range),
+                    [read],
+                    refused,
+                    ("schedule_agent_meeting", "agent_id", agent_id),
+                )
+            )
         return drafts
 
 
@@ -355,8 +470,12 @@ def drafts(generator: Generator) -> list[Draft]:
                 found += drafter.traveler_tasks(booking)
             if generator.rng.random() < 0.3:
                 found += drafter.rooming_task(booking)
-        others = [(other_id, b) for other_id, other in travelers if other_id != traveler_id
-                  for b in other.get("bookings") or []]
+        others = [
+            (other_id, b)
+            for other_id, other in travelers
+            if other_id != traveler_id
+            for b in other.get("bookings") or []
+        ]
         if others and generator.rng.random() < 0.2:
             found += drafter.foreign_booking_task(*generator.rng.choice(others))
         agents = [b["agent_id"] for b in bookings if b.get("agent_id") in base[AGENTS]]

@@ -45,16 +45,20 @@ def verify_forecast_for_date(database: Database, arguments: dict[str, Any]) -> A
     except ValueError:
         raise ToolFailure(f"invalid argument date: {date!r} is not a real YYYY-MM-DD date") from None
     if status not in STATUSES:
-        raise ToolFailure(f"invalid argument status: {status!r}; the verification status must be one of "
-                          f"{', '.join(STATUSES)}")
+        raise ToolFailure(
+            f"invalid argument status: {status!r}; the verification status must be one of {', '.join(STATUSES)}"
+        )
     values = {name: arguments[name] for name in ("actual_high_c", "actual_low_c", "actual_precip_mm")}
     bad = next((name for name, value in values.items() if not math.isfinite(value)), None)
     if bad:
         raise ToolFailure(f"invalid argument {bad}: expected a finite number")
     if values["actual_precip_mm"] < 0:
         raise ToolFailure("invalid argument actual_precip_mm: precipitation cannot be negative")
-    entry = {"status": status, **{name: float(value) for name, value in values.items()},
-             "notes": arguments.get("notes", "")}
+    entry = {
+        "status": status,
+        **{name: float(value) for name, value in values.items()},
+        "notes": arguments.get("notes", ""),
+    }
     database.update(FORECASTS, key, ["verification_by_date", date], entry)
     return {"forecast_id": key, "date": date, "verification": entry}
 
@@ -62,15 +66,29 @@ def verify_forecast_for_date(database: Database, arguments: dict[str, Any]) -> A
 def specs(domain: Domain) -> list[ToolSpec]:
     # status is a plain string here (not an enum) so that a status outside the policy's values fails
     # with the rule's own message
-    parameters = object_schema({"forecast_id": {"type": "string", "minLength": 1}, "date": DATE,
-                                "actual_high_c": NUMBER, "actual_low_c": NUMBER, "actual_precip_mm": NUMBER,
-                                "status": {"type": "string", "minLength": 1,
-                                           "description": "pending, verified or revised"}},
-                               {"notes": {"type": "string"}})
-    return [ToolSpec("verify_forecast_for_date", "WRITE. Record (overwrite or add) the verification of a forecast "
-                     "for one date: actual high/low (C), precipitation (mm), status pending|verified|revised, notes.",
-                     parameters, verify_forecast_for_date, writes=True, collection=FORECASTS,
-                     key_argument="forecast_id")]
+    parameters = object_schema(
+        {
+            "forecast_id": {"type": "string", "minLength": 1},
+            "date": DATE,
+            "actual_high_c": NUMBER,
+            "actual_low_c": NUMBER,
+            "actual_precip_mm": NUMBER,
+            "status": {"type": "string", "minLength": 1, "description": "pending, verified or revised"},
+        },
+        {"notes": {"type": "string"}},
+    )
+    return [
+        ToolSpec(
+            "verify_forecast_for_date",
+            "WRITE. Record (overwrite or add) the verification of a forecast "
+            "for one date: actual high/low (C), precipitation (mm), status pending|verified|revised, notes.",
+            parameters,
+            verify_forecast_for_date,
+            writes=True,
+            collection=FORECASTS,
+            key_argument="forecast_id",
+        )
+    ]
 
 
 def forecast_dates(record: dict[str, Any]) -> list[str]:
@@ -87,11 +105,12 @@ def actuals(generator: Generator, record: dict[str, Any], date: str) -> tuple[fl
     return high, min(low, high), precip
 
 
-def verification_request(key: str, date: str, high: float, low: float, precip: float, status: str,
-                         notes: str) -> str:
-    return (f"Please record the verification of forecast {key} for {date}: actual high {fact_text(high)} C, "
-            f"actual low {fact_text(low)} C, precipitation {fact_text(precip)} mm, status '{status}'"
-            + (f", notes: {notes}." if notes else "."))
+def verification_request(key: str, date: str, high: float, low: float, precip: float, status: str, notes: str) -> str:
+    return (
+        f"Please record the verification of forecast {key} for {date}: actual high {fact_text(high)} C, "
+        f"actual low {fact_text(low)} C, precipitation {fact_text(precip)} mm, status '{status}'"
+        + (f", notes: {notes}." if notes else ".")
+    )
 
 
 def forecast_tasks(generator: Generator, key: str, record: dict[str, Any]) -> list[Draft]:
@@ -103,24 +122,54 @@ def forecast_tasks(generator: Generator, key: str, record: dict[str, Any]) -> li
         high, low, precip = actuals(generator, record, date)
         status = "revised" if (done.get(date) or {}).get("status") == "verified" else "verified"
         notes = generator.rng.choice(["", "Matches station observations.", "Afternoon showers."])
-        arguments = {"forecast_id": key, "date": date, "actual_high_c": high, "actual_low_c": low,
-                     "actual_precip_mm": precip, "status": status, **({"notes": notes} if notes else {})}
-        found.append(Draft("action_write", owner, verification_request(key, date, high, low, precip, status, notes),
-                           [read, action("verify_forecast_for_date", **arguments)]))
+        arguments = {
+            "forecast_id": key,
+            "date": date,
+            "actual_high_c": high,
+            "actual_low_c": low,
+            "actual_precip_mm": precip,
+            "status": status,
+            **({"notes": notes} if notes else {}),
+        }
+        found.append(
+            Draft(
+                "action_write",
+                owner,
+                verification_request(key, date, high, low, precip, status, notes),
+                [read, action("verify_forecast_for_date", **arguments)],
+            )
+        )
     dates = forecast_dates(record)
     if dates and generator.rng.random() < REFUSAL_SHARE:
         date, status = generator.rng.choice(dates), generator.rng.choice(NOT_STATUSES)
         high, low, precip = actuals(generator, record, date)
-        call = action("verify_forecast_for_date", forecast_id=key, date=date, actual_high_c=high, actual_low_c=low,
-                      actual_precip_mm=precip, status=status)
-        found.append(Draft("action_refusal", owner, verification_request(key, date, high, low, precip, status, ""),
-                           [read], refused=[call],
-                           forbidden=[{"name": "verify_forecast_for_date", "argument": "forecast_id", "value": key}]))
+        call = action(
+            "verify_forecast_for_date",
+            forecast_id=key,
+            date=date,
+            actual_high_c=high,
+            actual_low_c=low,
+            actual_precip_mm=precip,
+            status=status,
+        )
+        found.append(
+            Draft(
+                "action_refusal",
+                owner,
+                verification_request(key, date, high, low, precip, status, ""),
+                [read],
+                refused=[call],
+                forbidden=[{"name": "verify_forecast_for_date", "argument": "forecast_id", "value": key}],
+            )
+        )
     return found
 
 
 def drafts(generator: Generator) -> list[Draft]:
     """Per forecast: verifications for most of its dates (a verified date is revised), and for some a
     status outside pending/verified/revised, refused."""
-    return [draft for key, record in generator.domain.base[FORECASTS].items()
-            for draft in forecast_tasks(generator, key, record)]
+    return [
+        draft
+        for key, record in generator.domain.base[FORECASTS].items()
+        for draft in forecast_tasks(generator, key, record)
+    ]
