@@ -19,22 +19,11 @@ from toolorchestra.envs.base import Env
 from toolorchestra.envs.datadir import DATA_ENV_VAR, DEFAULT_DATA_DIR, resolve_data_dir
 from toolorchestra.envs.replay.worlds import REPLAY_PREFIX, WORLDS, directory_world
 from toolorchestra.envs.replay.worlds import replay_dir as _world_dir
+from toolorchestra.envs.toolscale.data import DOMAINS as TOOLSCALE_DOMAINS
 from toolorchestra.errors import UserError
 
 # factory(data_dir, **options) -> Env
 EnvFactory = Callable[..., Env]
-TOOLSCALE_DOMAINS = (
-    "bank",
-    "basketball",
-    "ecommerce",
-    "medicine",
-    "movie",
-    "railway",
-    "restaurant",
-    "school",
-    "travel",
-    "weather",
-)
 
 
 def _toolscale(domain: str | None) -> EnvFactory:
