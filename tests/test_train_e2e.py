@@ -72,7 +72,7 @@ def test_update_moves_the_weights_for_nonzero_advantages_and_reports_kl(tmp_path
     for index, episode in enumerate(episodes):
         episode.advantage = 1.0 if index % 2 else -1.0
     before = {n: p.detach().clone() for n, p in trainer.policy.named_parameters() if p.requires_grad}
-    metrics = trainer._update(episodes)
+    metrics = trainer.recipe().update(episodes)
     after = dict(trainer.policy.named_parameters())
     assert any(not torch.equal(before[name], after[name]) for name in before)
     assert metrics["train_episodes"] == len(episodes)
