@@ -62,13 +62,13 @@ def run_server(max_concurrency: int) -> None:
     from toolorchestra.catalog.schema import ModelSpec
     from toolorchestra.serve.app import build_app
     from toolorchestra.serve.models import ServedModels
-    from toolorchestra.serve.server import listen_socket, uvicorn_server
+    from toolorchestra.serve.server import listen_socket, serve_forever
 
     spec = ModelSpec(name=MODEL, backend={"type": "replay", "world": "benchmark", "model": MODEL})
     served = ServedModels(ModelPool([spec], {MODEL: SleepBackendStandIn()}), max_concurrency)
     sock = listen_socket("127.0.0.1", 0)
     print(f"PORT {sock.getsockname()[1]}", flush=True)
-    uvicorn_server(build_app(served), log_level="warning", access_log=False).run(sockets=[sock])
+    serve_forever(build_app(served), sock, log_level="warning", access_log=False)  # as `toolorchestra serve`
 
 
 @dataclass
