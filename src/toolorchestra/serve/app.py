@@ -290,8 +290,11 @@ async def _disconnected(receive: Receive) -> None:
             return
 
 
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))  # one kept, not one per response
+
+
 def _json_bytes(body: dict[str, Any]) -> bytes:
-    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+    return _ENCODER.encode(body).encode()
 
 
 async def _server_sent_events(chunks: Iterable[dict[str, Any]]) -> AsyncIterator[bytes]:
