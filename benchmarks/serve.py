@@ -7,8 +7,8 @@ process, separate from the server's:
 - a minimal raw-socket client: 200 keep-alive connections opened beforehand, a pre-built HTTP/1.1 request
   written to each at once, the replies collected by an asyncio Protocol (no task or stream reader per
   request) on uvloop where installed, as the server runs. It spends about 0.04 ms of CPU per request
-  (printed as client CPU), a third of the server's, so the wall time it sees is the server's. This is
-  the figure the goal is about: wall <= 1.3x the ideal;
+  (printed as the load generator's CPU), a quarter of the server's, so the wall time it sees is the
+  server's. This is the figure the goal is about: wall <= 1.3x the ideal;
 - the official `openai.AsyncOpenAI` client (openai 3.x, over its own `httpx2` client class allowed 256
   connections), for comparison: on 2 cores the SDK's own CPU per request dominates its wall time.
 
