@@ -83,16 +83,21 @@ def _no_constant(text: str) -> Any:
     raise BodyError(f"{text} is not a JSON value (JSON has no NaN or Infinity)")
 
 
+_DECODER = json.JSONDecoder(parse_float=_finite_float, parse_constant=_no_constant)
+
+
 def load_json(raw: bytes, max_depth: int) -> Any:
     """`raw` parsed, refusing NaN/Infinity, numbers beyond float range, and nesting deeper than `max_depth`.
 
     The depth is checked on the bytes before parsing (brackets outside strings), so a body nested
     100,000 deep never reaches the recursive parser.
     """
-    if json_depth(raw, stop_above=max_depth) > max_depth:
+    # Each level of nesting opens a bracket, so a body with few brackets needs no scan (most bodies).
+    if raw.count(b"[") + raw.count(b"{") > max_depth and json_depth(raw, stop_above=max_depth) > max_depth:
         raise BodyError(f"JSON nested more than {max_depth} levels deep; at most {max_depth} are accepted")
     try:
-        return json.loads(raw, parse_float=_finite_float, parse_constant=_no_constant)
+        # As json.loads decodes bytes, with one decoder kept rather than one built per body.
+        return _DECODER.decode(raw.decode(json.detect_encoding(raw), "surrogatepass"))
     except RecursionError:  # cannot happen below the depth bound, but never a 500
         raise BodyError(f"JSON nested too deep; at most {max_depth} levels are accepted") from None
     except UnicodeDecodeError as exc:

@@ -7,8 +7,8 @@ imports FastAPI, so the format can be tested and reused without a web framework.
 
 from __future__ import annotations
 
+import os
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -259,7 +259,8 @@ class ResponseIds:
 
     @classmethod
     def new(cls, model: str) -> ResponseIds:
-        return cls(id=f"chatcmpl-{uuid.uuid4().hex}", model=model, created=int(time.time()))
+        # 128 random bits as 32 hex digits (the shape uuid4().hex had), at a quarter of its cost.
+        return cls(id=f"chatcmpl-{os.urandom(16).hex()}", model=model, created=int(time.time()))
 
 
 def usage_body(usage: Usage) -> dict[str, int]:
