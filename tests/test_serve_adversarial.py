@@ -328,21 +328,28 @@ def test_a_nan_temperature_is_named_as_such(server: dict[str, Any]) -> None:
 
 
 def test_a_full_queue_is_429_with_retry_after_and_a_slow_request_hits_the_deadline() -> None:
-    slow = FakeSlowBackend(delay_s=1.0)
-    limits = ServeLimits(max_queued=1, request_timeout_s=0.3)
+    slow = FakeSlowBackend(delay_s=10.0)
+    limits = ServeLimits(max_queued=1, request_timeout_s=1.0)
     served = ServedModels(ModelPool([_spec("slow")], {"slow": slow}), max_concurrency=1, limits=limits)
     with ServerThread(build_app(served)) as thread:
 
         async def burst() -> list[httpx.Response]:
             async with httpx.AsyncClient(base_url=thread.base_url, timeout=30) as client:
-                return await asyncio.gather(*(client.post("/chat/completions", json=_chat("hi", model="slow"))
-                                              for _ in range(4)))
+                first = asyncio.ensure_future(client.post("/chat/completions", json=_chat("hi", model="slow")))
+                while served.in_flight == 0:  # the first holds the one slot, at the backend
+                    await asyncio.sleep(0.005)
+                # The rest start 0.4 s later, well inside the first's 1 s deadline: one queues, two are refused;
+                # the queued one gets the slot when the first is cancelled at its deadline and is cancelled at
+                # its own, 0.4 s later (no race between the two deadlines).
+                await asyncio.sleep(0.4)
+                rest = [client.post("/chat/completions", json=_chat("hi", model="slow")) for _ in range(3)]
+                return list(await asyncio.gather(first, *rest))
 
         statuses = sorted(response.status_code for response in asyncio.run(burst()))
         with httpx.Client(base_url=thread.base_url, timeout=1.0) as quick:
             assert quick.get("/models").status_code == 200
-    assert statuses == [429, 429, 504, 504]  # one running, one queued; both past the 0.3 s deadline
-    assert slow.cancelled == 1 and slow.finished == 0  # the queued one never reached the backend
+    assert statuses == [429, 429, 504, 504]  # one running, one queued; both past the 1 s deadline
+    assert slow.cancelled == 2 and slow.finished == 0  # each was cancelled at the backend at its deadline
     assert served.in_flight == 0 and served.rejected == 2
 
 
