@@ -68,6 +68,14 @@ class Episode:
         return trajectory_features(self.trajectory, self.correct)
 
 
+def draw_messages(draw: PromptDraw, max_question_chars: int | None) -> list[dict[str, Any]]:
+    """The opening messages of an episode of `draw` (system prompt with tools, prices, preference and rules;
+    the question), as every training path renders them."""
+    return initial_messages(
+        draw.tools, question_text(draw.task, max_question_chars), draw.preference, draw.wording, task_rules(draw.task)
+    )
+
+
 def question_text(task: Task, limit: int | None) -> str:
     """The question as the orchestrator sees it. Like evaluation's orchestrator policy (bench/policies.py,
     short_prompt), a task's `meta["query"]` (RouterBench: the last block of the few-shot prompt) replaces
@@ -162,13 +170,7 @@ class RolloutEngine:
         episodes = []
         for group, draw in enumerate(draws):
             schemas = [tool.schema() for tool in draw.tools]
-            messages = initial_messages(
-                draw.tools,
-                question_text(draw.task, self.max_question_chars),
-                draw.preference,
-                draw.wording,
-                task_rules(draw.task),
-            )
+            messages = draw_messages(draw, self.max_question_chars)
             prompt_ids = self.renderer.prompt_ids(messages, schemas)
             for _ in range(self.config.n):
                 trajectory = Trajectory(

@@ -60,12 +60,12 @@ def prepare(request: PrepareRequest) -> dict[str, Path]:
 
 def verl_row(env: Env, env_name: str, draw: PromptDraw, index: int, max_question_chars: int | None) -> dict[str, Any]:
     """One parquet row for `draw`."""
-    from toolorchestra.agent.prompt import initial_messages
     from toolorchestra.backends.toolcalls import to_plain_messages
     from toolorchestra.integrations.verl import AGENT_NAME, EXTRA_KEY
-    from toolorchestra.train.rollout import question_text
+    from toolorchestra.train.rollout import draw_messages
 
-    messages = initial_messages(draw.tools, question_text(draw.task, max_question_chars), draw.preference, draw.wording)
+    # The same opening as every other training path, task rules included (a ToolScale domain's policy).
+    messages = draw_messages(draw, max_question_chars)
     plain = to_plain_messages(messages, [tool.schema() for tool in draw.tools])
     prompt = [{"role": str(message["role"]), "content": str(message.get("content") or "")} for message in plain]
     record = {"env": env_name, "draw": draw_record(draw)}

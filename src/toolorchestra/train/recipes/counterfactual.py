@@ -34,7 +34,6 @@ from typing import TYPE_CHECKING, Any
 
 from toolorchestra.agent.engine import run_calls, try_each
 from toolorchestra.agent.preference import Preference
-from toolorchestra.agent.prompt import initial_messages, task_rules
 from toolorchestra.backends.base import ToolCall
 from toolorchestra.backends.toolcalls import render_tool_call
 from toolorchestra.envs.base import Env
@@ -301,16 +300,10 @@ class CounterfactualRecipe:
         return self._states[key]
 
     def prompt_ids(self, draw: PromptDraw, outcome: LabelOutcomes | None = None) -> list[int]:
-        from toolorchestra.train.rollout import question_text
+        from toolorchestra.train.rollout import draw_messages
 
         trainer = self.trainer
-        messages = initial_messages(
-            draw.tools,
-            question_text(draw.task, trainer.config.data.max_question_chars),
-            draw.preference,
-            draw.wording,
-            task_rules(draw.task),
-        )
+        messages = draw_messages(draw, trainer.config.data.max_question_chars)
         if outcome is not None:
             messages += outcome.history
         return trainer.renderer.prompt_ids(messages, [tool.schema() for tool in draw.tools])

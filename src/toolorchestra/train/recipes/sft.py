@@ -22,7 +22,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from toolorchestra.agent.engine import take_turn, try_each
-from toolorchestra.agent.prompt import initial_messages, task_rules
 from toolorchestra.agent.trajectory import Step, Trajectory
 from toolorchestra.backends.base import ToolCall
 from toolorchestra.backends.toolcalls import render_tool_call
@@ -31,7 +30,7 @@ from toolorchestra.errors import TrainingError
 from toolorchestra.reward import group_rewards, trajectory_features, with_cost_floor
 from toolorchestra.tools.llm import AnswerTool
 from toolorchestra.train.grpo import pad_rows
-from toolorchestra.train.rollout import question_text
+from toolorchestra.train.rollout import draw_messages
 from toolorchestra.train.sampler import PromptDraw
 
 if TYPE_CHECKING:
@@ -64,13 +63,7 @@ def build_answer_examples(trainer: Trainer, errors: list[str] | None = None) -> 
             call = loop.run_until_complete(_best_answer_call(trainer, draw, errors))
             if call is None:
                 continue
-            messages = initial_messages(
-                draw.tools,
-                question_text(task, trainer.config.data.max_question_chars),
-                draw.preference,
-                draw.wording,
-                task_rules(task),
-            )
+            messages = draw_messages(draw, trainer.config.data.max_question_chars)
             prompt = renderer.prompt_ids(messages, [tool.schema() for tool in draw.tools])
             target = renderer.encode(render_tool_call(call)) + [renderer.end_of_turn_id]
             examples.append((prompt + target, [0] * len(prompt) + [1] * len(target)))
@@ -140,13 +133,7 @@ async def _gold_episode(
     engine does."""
     renderer = trainer.renderer
     tools = {tool.name: tool for tool in draw.tools}
-    messages = initial_messages(
-        draw.tools,
-        question_text(draw.task, trainer.config.data.max_question_chars),
-        draw.preference,
-        draw.wording,
-        task_rules(draw.task),
-    )
+    messages = draw_messages(draw, trainer.config.data.max_question_chars)
     ids = renderer.prompt_ids(messages, [tool.schema() for tool in draw.tools])
     mask = [0] * len(ids)
     trajectory = Trajectory(task_id=draw.task.id, messages=messages)
