@@ -14,10 +14,13 @@ same task always gets the same text and a trained policy must read the meaning, 
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toolorchestra.agent.preference import WORDINGS, Preference
 from toolorchestra.tools.base import Tool
+
+if TYPE_CHECKING:
+    from toolorchestra.catalog.schema import ModelProfile
 
 ROLE = (
     "You are an orchestrator. Solve the user's task by calling tools; call at least one tool per turn. "
@@ -35,13 +38,27 @@ def price_table(tools: list[Tool]) -> str:
     expert and an answer tool over one pool) share its row: the tool column names them all."""
     rows = _merged_rows([row for tool in tools for row in tool.price_rows()])
     columns = [(key, title) for key, title in _PRICE_COLUMNS if any(row[key] for row in rows)]
+    subsets = sorted({subset for row in rows if row.get("profile") for subset in row["profile"].accuracy})
     header = ["tool", "label", *(title for _, title in columns), "latency s"]
+    if subsets:
+        header += [f"acc {subset}" for subset in subsets] + ["declines", "out tok", "n"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in rows:
         latency = "-" if row["latency_s"] is None else f"{row['latency_s']:.1f}"
         cells = [row["tool"], row["label"] or "-", *(f"{row[key]:g}" for key, _ in columns), latency]
+        if subsets:
+            cells += profile_cells(row.get("profile"), subsets)
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def profile_cells(profile: ModelProfile | None, subsets: list[str]) -> list[str]:
+    """A label's measured capability columns: accuracy per subset, share declined, mean output tokens, sample
+    size ("-" where it was not measured)."""
+    if profile is None:
+        return ["-"] * (len(subsets) + 3)
+    accuracy = [f"{profile.accuracy[subset]:.2f}" if subset in profile.accuracy else "-" for subset in subsets]
+    return [*accuracy, f"{profile.declined:.2f}", f"{profile.output_tokens:.0f}", str(profile.n)]
 
 
 def _merged_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -62,7 +79,9 @@ def _merged_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def system_prompt(tools: list[Tool]) -> str:
-    """The static part: role and price table (the tools' schemas are appended when rendered)."""
+    """The static part: role and price table (the tools' schemas are appended when rendered). With profiles,
+    the table also gives each label's measured accuracy per task type, decline share, output tokens and the
+    sample size they were measured on."""
     return f"{ROLE}\n\nPrices and latency:\n{price_table(tools)}"
 
 

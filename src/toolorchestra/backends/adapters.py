@@ -28,6 +28,7 @@ class ShippedOrchestrator:
     name: str
     folder: Path
     base: str  # the base model reference, e.g. smollm2-135m
+    profiles: bool = False  # its prompt shows the labels' capability profiles (orchestrator.json "prompt")
 
     def cache_name(self) -> str:
         """A cache dir name that changes when the adapter does."""
@@ -48,5 +49,8 @@ def shipped_orchestrators() -> dict[str, ShippedOrchestrator]:
         if not meta_path.is_file() or not all((folder / name).is_file() for name in ADAPTER_FILES):
             continue
         meta = json.loads(meta_path.read_text())
-        found[folder.name] = ShippedOrchestrator(folder.name, folder, str(meta["base_model"]))
+        prompt = meta.get("prompt") or {}
+        found[folder.name] = ShippedOrchestrator(
+            folder.name, folder, str(meta["base_model"]), profiles=bool(prompt.get("profiles", False))
+        )
     return found

@@ -62,6 +62,22 @@ class ModelPool:
     def __init__(self, specs: list[ModelSpec], backends: dict[str, Backend] | None = None) -> None:
         self._specs = {spec.name: spec for spec in specs}
         self._backends: dict[str, Backend] = dict(backends or {})
+        self._cost_factors: dict[str, float] = {}  # model -> factor on the costs its backend reports itself
+
+    def repriced(self, factors: dict[str, float]) -> ModelPool:
+        """The same models and backends where each model in `factors` costs that factor times its price, a
+        cost its backend reports itself (a replay world's recorded dollars) included; other models unchanged."""
+        specs = [
+            spec.model_copy(update={"price": spec.price.scaled(factors[name])}) if name in factors else spec
+            for name, spec in self._specs.items()
+        ]
+        pool = ModelPool(specs, self._backends)
+        pool._cost_factors = {
+            name: self._cost_factors.get(name, 1.0) * factors.get(name, 1.0)
+            for name in self._specs
+            if name in factors or name in self._cost_factors
+        }
+        return pool
 
     def names(self) -> list[str]:
         return list(self._specs)
@@ -81,7 +97,7 @@ class ModelPool:
 
     def cost(self, name: str, completion: Completion) -> float:
         if completion.cost_usd is not None:
-            return completion.cost_usd
+            return completion.cost_usd * self._cost_factors.get(name, 1.0)
         return self._specs[name].price.cost(completion.usage.prompt_tokens, completion.usage.completion_tokens)
 
     async def complete(

@@ -52,6 +52,8 @@ class EvalRequest:
     price_scale: dict[str, float] | None = None  # --price-scale MODEL=X: that model's prices times X
     prices: Path | None = None  # --prices FILE: a price sheet (replay format) overriding the world's prices
     hold_out_models: list[str] | None = None  # --hold-out-models: models training never offered (reported)
+    profiles: str = "auto"  # --profiles: auto | train | none | FILE (the labels' capability profiles in the prompt)
+    rename_labels: int | None = None  # --rename-labels SEED: every model offered under a random label
 
     def manifest(self) -> dict[str, Any]:
         """What must match for a rerun into the same dir to resume it."""
@@ -68,6 +70,11 @@ class EvalRequest:
             fields["prices"] = str(self.prices)
         if self.hold_out_models:
             fields["hold_out_models"] = list(self.hold_out_models)
+        if self.rename_labels is not None:
+            fields["rename_labels"] = self.rename_labels
+        shown = self.shown_profiles()
+        if shown != "none":
+            fields["profiles"] = shown
         if self.policy.startswith("orchestrator:"):
             fields.update(
                 config=str(self.config) if self.config else None,
@@ -78,9 +85,22 @@ class EvalRequest:
             )
         return fields
 
+    def shown_profiles(self) -> str:
+        """train, FILE or none: where the orchestrator's prompt takes the labels' profiles from. `auto` is train
+        on a replay world for any orchestrator but a shipped adapter trained without profiles (its card says)."""
+        if self.profiles != "auto":
+            return self.profiles
+        if not self.policy.startswith("orchestrator:") or not self.env.startswith("replay:"):
+            return "none"
+        from toolorchestra.backends.adapters import shipped_orchestrators
+
+        shipped = shipped_orchestrators().get(self.policy.partition(":")[2])
+        return "none" if shipped is not None and not shipped.profiles else "train"
+
 
 def build_env(request: EvalRequest) -> Env:
-    """The request's env, with --prices and --price-scale applied (replay worlds)."""
+    """The request's env, with --prices and --price-scale applied, labels renamed and profiles shown (replay
+    worlds)."""
     from toolorchestra.envs.registry import make_env
     from toolorchestra.envs.replay.world import apply_price_options
 
@@ -88,7 +108,33 @@ def build_env(request: EvalRequest) -> Env:
     apply_price_options(env, request.price_scale, request.prices)
     if request.hold_out_models:
         _check_hold_out(env, request.hold_out_models)
+    _apply_label_options(env, request)
     return env
+
+
+def _apply_label_options(env: Env, request: EvalRequest) -> None:
+    """--rename-labels SEED and --profiles: what the orchestrator's price table shows about each label."""
+    shown = request.shown_profiles()
+    if request.rename_labels is None and shown == "none":
+        return
+    from toolorchestra.envs.replay.base import ReplayEnv
+
+    if not isinstance(env, ReplayEnv):
+        raise UserError(f"--rename-labels/--profiles apply to replay worlds, not to {env.name}")
+    if request.rename_labels is not None:
+        import random
+
+        from toolorchestra.tools.llm import random_labels
+
+        env.relabel(random_labels(env.models(), random.Random(request.rename_labels)))
+    if shown == "train":
+        from toolorchestra.envs.replay.profiles import measure_profiles
+
+        env.show_profiles(measure_profiles(env, "train"))
+    elif shown != "none":
+        from toolorchestra.envs.replay.profiles import read_profiles
+
+        env.show_profiles(read_profiles(Path(shown), env.models()))
 
 
 def _check_hold_out(env: Env, names: Sequence[str]) -> None:

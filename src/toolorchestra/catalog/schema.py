@@ -81,12 +81,32 @@ class ReplayBackendSpec(_Strict):
 BackendSpec = OpenAIBackendSpec | LocalBackendSpec | ReplayBackendSpec
 
 
+class ModelProfile(_Strict):
+    """What a user can measure about a model without knowing its name, on a calibration sample of questions:
+    accuracy per subset (task type), the share of questions it declined, its mean output tokens. Shown beside
+    the label's price so an orchestrator can place a model it has never seen (`toolorchestra profile`)."""
+
+    n: int = Field(..., ge=1, description="questions in the calibration sample")
+    accuracy: dict[str, float] = Field(..., min_length=1, description="subset -> share answered right")
+    declined: float = Field(0.0, ge=0, le=1, description="share of questions it did not attempt")
+    output_tokens: float = Field(0.0, ge=0, description="mean output tokens per answer")
+
+    @field_validator("accuracy")
+    @classmethod
+    def _shares(cls, accuracy: dict[str, float]) -> dict[str, float]:
+        bad = [subset for subset, share in accuracy.items() if not 0.0 <= share <= 1.0]
+        if bad:
+            raise ValueError(f"accuracy of {', '.join(map(repr, bad))} must be between 0 and 1")
+        return accuracy
+
+
 class ModelSpec(_Strict):
     name: str
     backend: BackendSpec = Field(..., discriminator="type")
     price: Price = Field(default_factory=Price)
     latency: LatencyPrior = Field(default_factory=LatencyPrior)
     description: str = ""
+    profile: ModelProfile | None = Field(None, description="measured capability profile shown in the prompt")
 
 
 ToolType = Literal["python", "search", "web_search", "llm", "answer", "search_query_writer"]

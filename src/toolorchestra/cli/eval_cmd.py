@@ -107,6 +107,18 @@ def eval_command(
         "sampler.hold_out_models); they stay in the pool, and the "
         "metrics count the calls and answers that went to them.",
     ),
+    profiles: str = typer.Option(
+        "auto",
+        "--profiles",
+        help="replay: each label's capability profile in the orchestrator's prompt: train (measured on the "
+        "world's train split), none, or a file of `toolorchestra profile`; auto: train, except for a shipped "
+        "adapter trained without profiles.",
+    ),
+    rename_labels: int | None = typer.Option(
+        None,
+        "--rename-labels",
+        help="replay: offer every model under a random label drawn with this seed (the renamed-labels test).",
+    ),
     delay: float = typer.Option(
         0.0,
         "--delay",
@@ -210,6 +222,8 @@ def eval_command(
         price_scale=parse_price_scale(price_scale) if price_scale else None,
         prices=prices,
         hold_out_models=_names(hold_out_models),
+        profiles=profiles,
+        rename_labels=rename_labels,
     )
     metrics = run_eval(request)
     _print_metrics(metrics, out)

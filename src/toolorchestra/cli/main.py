@@ -27,6 +27,7 @@ COMMAND_MODULES = (
     "envs_cmd",
     "verl_cmd",
     "replay_cmd",
+    "profile_cmd",
 )
 
 

@@ -9,6 +9,7 @@ to write the final answer from the notes."""
 from __future__ import annotations
 
 import json
+import random
 from typing import Any
 
 from toolorchestra.backends.pool import ModelPool
@@ -18,6 +19,26 @@ EXPERT_SYSTEM = "You are an expert assistant. Answer the question accurately and
 ANSWER_SYSTEM = (
     "You give the final answer to the user's question. Use the notes if they help. Reply with the answer only."
 )
+
+
+_CONSONANTS, _VOWELS = "bdfgklmnprstvz", "aeiou"
+
+
+def random_label(rng: random.Random) -> str:
+    """A random pronounceable label such as `tavo-37`: short, tokenizer-friendly, and no model's name (training
+    on randomized pools, and the renamed-labels test of evaluation)."""
+    syllables = "".join(rng.choice(_CONSONANTS) + rng.choice(_VOWELS) for _ in range(2))
+    return f"{syllables}-{rng.randrange(10, 100)}"
+
+
+def random_labels(items: list[str], rng: random.Random) -> dict[str, str]:
+    """A distinct random label for every item."""
+    labels: dict[str, str] = {}
+    while len(labels) < len(items):
+        label = random_label(rng)
+        if label not in labels.values():
+            labels[items[len(labels)]] = label
+    return labels
 
 
 class LLMTool(Tool):
@@ -48,6 +69,7 @@ class LLMTool(Tool):
                     "output_per_m": spec.price.output_per_m,
                     "per_call": spec.price.per_call,
                     "latency_s": spec.latency.seconds(200),
+                    "profile": spec.profile,
                 }
             )
         return rows

@@ -205,12 +205,24 @@ class SamplerConfig(_Strict):
     min_labels: int = Field(2, ge=1)
     max_labels: int = Field(4, ge=1)
     price_scale: tuple[float, float] = (0.5, 2.0)
+    price_draw: Literal["uniform", "log_uniform"] = Field(
+        "uniform",
+        description="how each offered model's price factor is drawn from price_scale: uniform, or log-uniform "
+        "(as likely 10x dearer as 10x cheaper over [0.1, 10])",
+    )
     shuffle_labels: bool = True
-    label_style: Literal["env", "numbered"] = Field(
+    label_style: Literal["env", "numbered", "random"] = Field(
         "env",
         description="env: keep the env's label for each model (what evaluation shows); numbered: relabel "
-        "as TOOL-1..k in a random order, so labels carry no model identity",
+        "as TOOL-1..k in a random order; random: a freshly drawn random name per model and prompt. The last "
+        "two make a label carry no model identity: only its price and profile columns tell models apart",
     )
+    profiles: bool = Field(
+        False,
+        description="show every label's capability profile (accuracy per subset, decline rate, output "
+        "tokens), measured on a calibration sample of the env's train split (replay worlds)",
+    )
+    profile_per_subset: int = Field(50, ge=1, description="calibration questions per subset for profiles")
     tool_keep_prob: float = Field(1.0, ge=0, le=1, description="chance each non-answer tool is offered")
     random_wording: bool = Field(
         True,

@@ -52,6 +52,8 @@ def export_adapter(
         "checkpoint_step": state["step"],
         "env": config.data.env,
         "estimator": config.recipe,
+        # what evaluation must show in the prompt for this adapter (bench/request.py `shown_profiles`)
+        "prompt": {"profiles": config.sampler.profiles},
         **(extra or {}),
     }
     recipe = checkpoint / "recipe.json"  # written by the trainer beside each checkpoint (train/trainer.py)

@@ -13,6 +13,7 @@ a JSON-able record (`draw_record` / `draw_from_record`) that other trainers' dat
 
 from __future__ import annotations
 
+import math
 import random
 import re
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from toolorchestra.backends.pool import ModelPool
 from toolorchestra.envs.base import Env, Task
 from toolorchestra.errors import ConfigError
 from toolorchestra.tools.base import Tool
-from toolorchestra.tools.llm import AnswerTool, LLMTool
+from toolorchestra.tools.llm import AnswerTool, LLMTool, random_labels
 from toolorchestra.train.config import SamplerConfig
 
 _LABEL_NUMBER = re.compile(r"^(.*?)[-_]?\d+$")
@@ -100,17 +101,15 @@ class TaskSampler:
         base_tools = self.env.tools_for(task)
         models = _models_behind(base_tools)
         offered = self._offered_models(models)
-        factors = {model: self.rng.uniform(*self.config.price_scale) for model in offered}
-        numbers = {model: index + 1 for index, model in enumerate(offered)}
+        factors = {model: self._price_factor() for model in offered}
+        names = self._label_names(offered)
         repriced: dict[int, ModelPool] = {}
         tools: list[Tool] = []
         for tool in base_tools:
             if not isinstance(tool, AnswerTool) and self.rng.random() >= self.config.tool_keep_prob:
                 continue
             if isinstance(tool, LLMTool) and tool.labels:
-                rebuilt = _relabel(
-                    tool, offered, numbers if self.config.label_style == "numbered" else None, factors, repriced
-                )
+                rebuilt = _relabel(tool, offered, names, factors, repriced)
                 if rebuilt is not None:
                     tools.append(rebuilt)
             else:
@@ -118,6 +117,20 @@ class TaskSampler:
         preference = self._preference(tools)
         wording = self.rng.randrange(WORDINGS) if self.config.random_wording else 0
         return PromptDraw(task=task, tools=tools, preference=preference, price_factors=factors, wording=wording)
+
+    def _price_factor(self) -> float:
+        low, high = self.config.price_scale
+        if self.config.price_draw == "log_uniform":
+            return math.exp(self.rng.uniform(math.log(low), math.log(high)))
+        return self.rng.uniform(low, high)
+
+    def _label_names(self, offered: list[str]) -> dict[str, str] | None:
+        """model -> the label every tool shows it under in this prompt; None: the env's labels."""
+        if self.config.label_style == "numbered":
+            return {model: str(index + 1) for index, model in enumerate(offered)}
+        if self.config.label_style == "random":
+            return random_labels(offered, self.rng)
+        return None
 
     def _offered_models(self, models: list[str]) -> list[str]:
         models = [model for model in models if model not in self.held_out]
@@ -218,7 +231,7 @@ def draw_from_record(env: Env, task: Task, record: dict[str, Any]) -> PromptDraw
         if labels and isinstance(tool, LLMTool):
             pool = repriced.get(id(tool.pool))
             if pool is None:
-                pool = repriced[id(tool.pool)] = _repriced_pool(tool.pool, factors)
+                pool = repriced[id(tool.pool)] = tool.pool.repriced(factors)
             tool = type(tool)(
                 tool.name, tool.description, {str(k): str(v) for k, v in labels.items()}, pool, tool.max_tokens
             )
@@ -245,24 +258,26 @@ def _models_behind(tools: list[Tool]) -> list[str]:
 def _relabel(
     tool: LLMTool,
     offered: list[str],
-    numbers: dict[str, int] | None,
+    names: dict[str, str] | None,
     factors: dict[str, float],
     repriced: dict[int, ModelPool],
 ) -> Tool | None:
     """A copy of `tool` offering only `offered` models (in that order) at scaled prices, labelled as the env
-    labels them, or TOOL-N when `numbers` is given (the same model gets the same N in every tool)."""
+    labels them, or by `names` (the same model gets the same name in every tool; a number N becomes TOOL-N)."""
     env_label = {model: label for label, model in tool.labels.items()}
     prefix = _label_prefix(tool)
-    labels = {
-        (f"{prefix}-{numbers[model]}" if numbers else env_label[model]): model
-        for model in offered
-        if model in env_label
-    }
+
+    def label_of(model: str) -> str:
+        if names is None:
+            return env_label[model]
+        return f"{prefix}-{names[model]}" if names[model].isdigit() else names[model]
+
+    labels = {label_of(model): model for model in offered if model in env_label}
     if not labels:
         return None
     pool = repriced.get(id(tool.pool))
     if pool is None:
-        pool = _repriced_pool(tool.pool, factors)
+        pool = tool.pool.repriced(factors)
         repriced[id(tool.pool)] = pool
     return type(tool)(tool.name, tool.description, labels, pool, tool.max_tokens)
 
@@ -274,19 +289,6 @@ def _label_prefix(tool: LLMTool) -> str:
     if match is None or not match.group(1) or not all(_LABEL_NUMBER.match(label) for label in tool.labels):
         return tool.name
     return match.group(1) if match.group(1) in (tool.name, "expert", "answer") else tool.name
-
-
-def _repriced_pool(pool: ModelPool, factors: dict[str, float]) -> ModelPool:
-    """A pool with the same backends whose offered models cost `factor` times their catalog price."""
-    specs = []
-    backends = {}
-    for name in pool.names():
-        spec = pool.spec(name)
-        if name in factors:
-            spec = spec.model_copy(update={"price": spec.price.scaled(factors[name])})
-            backends[name] = pool.backend(name)
-        specs.append(spec)
-    return ModelPool(specs, backends)
 
 
 def _preferable_names(tools: list[Tool]) -> list[str]:

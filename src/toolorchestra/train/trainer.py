@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from toolorchestra.envs.base import Env, Task
+from toolorchestra.errors import ConfigError
 from toolorchestra.train.checkpoint import latest_checkpoint, load_checkpoint, load_trainable, save_checkpoint
 from toolorchestra.train.config import TrainConfig
 from toolorchestra.train.rollout import Episode, RolloutEngine
@@ -48,6 +49,17 @@ def recipe_record(config: TrainConfig, step: int) -> dict[str, Any]:
         "git_commit": commit,
         "config": config.model_dump(mode="json"),
     }
+
+
+def show_train_profiles(env: Env, per_subset: int) -> None:
+    """sampler.profiles: every label's capability profile, measured on the train split as evaluation measures
+    it (eval --profiles train), in every training prompt."""
+    from toolorchestra.envs.replay.base import ReplayEnv
+    from toolorchestra.envs.replay.profiles import measure_profiles
+
+    if not isinstance(env, ReplayEnv):
+        raise ConfigError(f"sampler.profiles: profiles are measured on replay worlds; {env.name} is not one")
+    env.show_profiles(measure_profiles(env, "train", per_subset))
 
 
 def load_env(name: str) -> Env:
@@ -103,7 +115,6 @@ def _init_from(reference: str, model: Any) -> None:
     """Load start weights from a training checkpoint dir, or from a shipped orchestrator (its name or an
     exported adapter dir with adapter_model.safetensors), so a run can continue from what users run."""
     from toolorchestra.backends.adapters import ADAPTER_FILES, shipped_orchestrators
-    from toolorchestra.errors import ConfigError
 
     checkpoint = Path(reference)
     shipped = shipped_orchestrators().get(reference)
@@ -166,6 +177,8 @@ class Trainer:
         self.run_dir = Path(run_dir or config.trainer.default_local_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.env = env if env is not None else load_env(config.data.env)
+        if config.sampler.profiles:
+            show_train_profiles(self.env, config.sampler.profile_per_subset)
         self.tasks = self._tasks()
         if model is None:
             model, tokenizer = load_policy(config.model.path, config.model.dtype, config.model.device)

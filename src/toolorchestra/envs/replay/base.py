@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from toolorchestra.backends.base import Backend, Completion, Message, Usage
 from toolorchestra.backends.pool import ModelPool
-from toolorchestra.catalog.schema import LatencyPrior, ModelSpec, Price
+from toolorchestra.catalog.schema import LatencyPrior, ModelProfile, ModelSpec, Price
 from toolorchestra.envs.base import Env, Score, Task, current_task
 from toolorchestra.envs.replay.judge import strip_special_tokens
 from toolorchestra.envs.replay.tokens import count_tokens
@@ -151,6 +151,23 @@ class ReplayEnv(Env):
         self._cost_factor = {**self._cost_factor, **factors}
         self._priced |= set(sheet)
         self._build_pool(specs)
+
+    def show_profiles(self, profiles: Mapping[str, ModelProfile | None]) -> None:
+        """Give models the capability profiles the orchestrator's price table shows (None: no profile)."""
+        unknown = sorted(set(profiles) - set(self.specs))
+        if unknown:
+            raise UserError(f"{self.name}: no model {', '.join(map(repr, unknown))}; models are {self.models()}")
+        self._build_pool(
+            [spec.model_copy(update={"profile": profiles.get(name, spec.profile)}) for name, spec in self.specs.items()]
+        )
+
+    def relabel(self, labels: Mapping[str, str]) -> None:
+        """Offer models under new labels (model -> label; models not named keep theirs)."""
+        relabelled = {**self._label_of, **labels}
+        if len(set(relabelled.values())) != len(relabelled):
+            raise UserError(f"{self.name}: model labels are not unique: {relabelled}")
+        self._label_of = relabelled
+        self._build_pool(list(self.specs.values()))
 
     # --- the Env interface -------------------------------------------------------------------
     def tasks(self, split: str) -> list[Task]:

@@ -1,0 +1,152 @@
+"""An orchestrator that reads its pool: capability profiles measured on the train split and shown in the price
+table, randomized pools in training (random names, log-uniform prices charged on recorded costs too), and the
+evaluation options that rename labels and choose the profiles shown."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import subprocess
+import sys
+from collections import defaultdict
+
+import pytest
+from test_replay_format import write_jsonl, write_world
+
+from toolorchestra.agent.prompt import system_prompt
+from toolorchestra.bench.eval import EvalRequest, run_eval
+from toolorchestra.envs.replay.profiles import calibration_sample, measure_profiles, read_profiles
+from toolorchestra.envs.replay.world import DirectoryWorldEnv
+from toolorchestra.errors import UserError
+from toolorchestra.tools.llm import AnswerTool, LLMTool
+from toolorchestra.train.config import SamplerConfig
+from toolorchestra.train.sampler import TaskSampler
+
+
+@pytest.fixture
+def world(tmp_path):
+    """The replay-format test world, with alpha declining ("I don't know") every third question."""
+    root = write_world(tmp_path / "world")
+    alpha = [{"id": i, "response": "I don't know" if i % 3 == 0 else str(2 * i), "correct": i % 3 != 0,
+              "cost_usd": 0.01, "latency_s": 2.0} for i in range(80)]
+    write_jsonl(root / "models" / "alpha.jsonl", alpha)
+    return root
+
+
+def test_profiles_are_measured_on_the_train_split_only(world):
+    env = DirectoryWorldEnv(world)
+    train_ids = {task.id for task in env.tasks("train")}
+    profiles = measure_profiles(env, per_subset=None)
+    right: dict[str, list[bool]] = defaultdict(list)
+    for task in env.tasks("train"):
+        right[task.subtask].append(env.record(task.id, "beta-large").correct)
+    beta = profiles["beta-large"]
+    assert beta.n == len(train_ids)
+    assert beta.accuracy == {subset: round(sum(marks) / len(marks), 3) for subset, marks in right.items()}
+    declines = [int(task.id) % 3 == 0 for task in env.tasks("train")]
+    assert profiles["alpha"].declined == round(sum(declines) / len(declines), 3) and profiles["alpha"].declined > 0
+    assert profiles["gamma"].declined == 0.0
+    sample = calibration_sample(env.tasks("train"), per_subset=5, seed=0)
+    assert len(sample) == 10 and {task.id for task in sample} <= train_ids
+    assert sample == calibration_sample(env.tasks("train"), per_subset=5, seed=0)  # every model, same questions
+    assert measure_profiles(env, per_subset=5)["alpha"].n == 10
+
+
+def test_the_price_table_shows_each_labels_profile(world):
+    env = DirectoryWorldEnv(world)
+    task = env.tasks("test")[0]
+    assert "acc " not in system_prompt(env.tools_for(task))  # no profiles unless shown
+    profiles = measure_profiles(env)
+    env.show_profiles(profiles)
+    prompt = system_prompt(env.tools_for(task))
+    assert "| acc algebra | acc history | declines | out tok | n |" in prompt
+    alpha = profiles["alpha"]
+    row = next(line for line in prompt.splitlines() if "| alpha |" in line)
+    assert row.endswith(f"| {alpha.accuracy['algebra']:.2f} | {alpha.accuracy['history']:.2f} | "
+                        f"{alpha.declined:.2f} | {alpha.output_tokens:.0f} | {alpha.n} |")
+    env.relabel({"alpha": "fuzo-12"})
+    assert "| fuzo-12 |" in system_prompt(env.tools_for(task)) and "| alpha |" not in system_prompt(env.tools_for(task))
+    with pytest.raises(UserError, match="not unique"):
+        env.relabel({"gamma": "fuzo-12"})
+
+
+def test_randomized_pools_hide_names_and_draw_prices_log_uniformly(world):
+    env = DirectoryWorldEnv(world)
+    config = SamplerConfig(min_labels=1, max_labels=3, label_style="random", price_scale=(0.1, 10.0),
+                           price_draw="log_uniform", preference_contrast=False)
+    sampler = TaskSampler(env, env.tasks("train"), config, seed=0)
+    factors, names = [], set()
+    for draw in sampler.next_batch(300):
+        factors += draw.price_factors.values()
+        shown = [tool.labels for tool in draw.tools if isinstance(tool, LLMTool)]
+        assert all(labels == shown[0] for labels in shown)  # one name per model in every tool of the prompt
+        assert not set(shown[0]) & {"alpha", "beta-large", "gamma"}
+        names |= set(shown[0])
+    assert all(0.1 <= factor <= 10.0 for factor in factors)
+    below = sum(factor < 1 for factor in factors) / len(factors)
+    assert 0.4 < below < 0.6  # log-uniform: as often cheaper as dearer
+    assert sum(factor < 0.2 for factor in factors) > 0.05 * len(factors)  # a uniform draw would give ~1%
+    assert len(names) > 100
+
+
+def test_drawn_prices_are_charged_on_recorded_costs_too(world):
+    """A training prompt's price factor reaches what the episode pays even where the world recorded the cost
+    (alpha): otherwise the targets would ignore the prices the prompt shows."""
+    from toolorchestra.train.recipes.counterfactual import label_outcomes
+
+    env = DirectoryWorldEnv(world)
+    config = SamplerConfig(min_labels=3, max_labels=3, price_scale=(3.0, 3.0), tool_keep_prob=0.0)
+    draw = TaskSampler(env, env.tasks("train"), config, seed=0).next_batch(1)[0]
+    outcome = asyncio.run(label_outcomes(env, draw))
+    assert outcome is not None
+    for model, cost in zip(outcome.models, outcome.cost, strict=True):
+        assert cost == pytest.approx(3 * env.call_cost(draw.task, model)), model
+    assert math.isclose(outcome.cost[outcome.models.index("alpha")], 0.03)
+
+
+def test_eval_label_options(world, tmp_path):
+    env_name = f"replay:{world}"
+    assert EvalRequest(env=env_name, policy="orchestrator:smollm2-135m", out=tmp_path).shown_profiles() == "train"
+    legacy = EvalRequest(env=env_name, policy="orchestrator:smollm2-135m-orchestrator", out=tmp_path)
+    assert legacy.shown_profiles() == "none"  # trained without profiles: its prompt stays as it was
+    assert EvalRequest(env=env_name, policy="single:alpha", out=tmp_path).shown_profiles() == "none"
+    assert EvalRequest(env="toolscale:bank", policy="orchestrator:x", out=tmp_path).shown_profiles() == "none"
+    base = run_eval(EvalRequest(env=env_name, policy="single:alpha", out=tmp_path / "a", progress=False))
+    renamed = run_eval(EvalRequest(env=env_name, policy="single:alpha", out=tmp_path / "b", progress=False,
+                                   rename_labels=3))
+    assert renamed["accuracy"] == base["accuracy"] and renamed["rename_labels"] == 3
+    with pytest.raises(UserError, match="replay worlds"):
+        run_eval(EvalRequest(env="toolscale:bank", policy="gold", out=tmp_path / "c", progress=False,
+                             rename_labels=1, limit=1))
+
+
+def test_profile_command_writes_what_eval_reads(world, tmp_path):
+    out = tmp_path / "profiles.yaml"
+    done = subprocess.run([sys.executable, "-m", "toolorchestra.cli.main", "profile", "--env", f"replay:{world}",
+                           "--per-subset", "5", "--out", str(out)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "wrote 3 profiles (10 questions each)" in done.stdout
+    env = DirectoryWorldEnv(world)
+    assert read_profiles(out, env.models()) == measure_profiles(env, per_subset=5)
+    out.write_text(out.read_text().replace("declined: ", "declined: 7", 1))
+    with pytest.raises(UserError, match=r"profile of 'alpha', field declined: .*less than or equal to 1"):
+        read_profiles(out, env.models())
+    out.write_text("nosuch: {n: 1, accuracy: {a: 0.5}}\n")
+    with pytest.raises(UserError, match="no model 'nosuch'"):
+        read_profiles(out, env.models())
+    done = subprocess.run([sys.executable, "-m", "toolorchestra.cli.main", "profile", "--env", "toolscale:bank",
+                           "--out", str(out)], capture_output=True, text=True)
+    assert done.returncode == 2 and "Traceback" not in done.stderr and "replay worlds" in done.stderr
+
+
+def test_an_orchestrator_reads_renamed_labels_with_profiles(world, tmp_path):
+    """The real local model as orchestrator: its prompt has the random labels and the profile columns, and the
+    run records both in its manifest."""
+    request = EvalRequest(env=f"replay:{world}", policy="orchestrator:smollm2-135m", out=tmp_path / "o",
+                          progress=False, limit=1, max_turns=1, max_tokens=24, tools=["answer"], rename_labels=5)
+    metrics = run_eval(request)
+    assert metrics["n"] == 1 and metrics["profiles"] == "train"
+    trajectory = json.loads((tmp_path / "o" / "trajectories.jsonl").read_text().splitlines()[0])
+    system = trajectory["messages"][0]["content"]
+    assert "acc algebra" in system and "| alpha |" not in system
