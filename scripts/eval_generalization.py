@@ -1,0 +1,155 @@
+"""Every generalization condition of an orchestrator on replay:routerbench, as one command, with a report.
+
+    .venv/bin/python scripts/eval_generalization.py --orchestrator smollm2-135m-orchestrator --limit 945 \
+        --out out/generalization/NAME
+
+Conditions (each an `toolorchestra eval` run into OUT/<condition>/<policy>, resumable):
+- catalog: the world's prices;
+- renamed: every label a random name (`--rename-labels 1`), profiles unchanged; the report gives the share of
+  tasks whose model is the same as under catalog;
+- gpt4-x0.05, yi34b-x20: one model 20x cheaper, one 20x dearer (`--price-scale`);
+- permuted: every model charged what another model costs on average (a fixed derangement of the 11 mean train
+  costs, as `--price-scale` factors, so each question keeps its own relative cost).
+Under each price condition every non-oracle baseline runs at the same prices (single models, random, cheapest,
+per-subtask, cascade, the router sweep) and the report says which of them dominate the orchestrator's point
+(a' >= a and c' <= c). Writes OUT/report.md (tables) and OUT/generalization.png (accuracy vs dollars per
+condition). The orchestrator runs as the shipped figures were made: `--tools answer --max-turns 1
+--max-tokens 40`, greedy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CLI = str(ROOT / ".venv" / "bin" / "toolorchestra")
+ENV = "replay:routerbench"
+BASELINES = ["random", "cheapest", "per-subtask", "cascade", "router"]
+ORCHESTRATOR_FLAGS = ["--tools", "answer", "--max-turns", "1", "--max-tokens", "40", "--concurrency", "8"]
+
+
+def permuted_factors() -> list[str]:
+    """--price-scale items that give every model another model's mean train cost (a seeded derangement)."""
+    from toolorchestra.envs.registry import make_env
+
+    env = make_env(ENV)
+    train = env.tasks("train")
+    models = env.models()
+    mean = {model: sum(env.call_cost(task, model) for task in train) / len(train) for model in models}
+    order = list(models)
+    rng = random.Random(0)
+    while any(a == b for a, b in zip(order, models, strict=True)):
+        rng.shuffle(order)
+    return [f"{model}={mean[other] / mean[model]:.6g}" for model, other in zip(models, order, strict=True)]
+
+
+def conditions() -> dict[str, list[str]]:
+    permuted = [arg for item in permuted_factors() for arg in ("--price-scale", item)]
+    return {
+        "catalog": [],
+        "renamed": ["--rename-labels", "1"],
+        "gpt4-x0.05": ["--price-scale", "gpt-4=0.05"],
+        "yi34b-x20": ["--price-scale", "yi-34b=20"],
+        "permuted": permuted,
+    }
+
+
+def single_policies() -> list[str]:
+    from toolorchestra.envs.registry import make_env
+
+    return [f"single:{model}" for model in make_env(ENV).models()]
+
+
+def run_eval(policy: str, out: Path, extra: list[str], limit: int, prefer: str) -> None:
+    if (out / "metrics.json").is_file():
+        return
+    command = [CLI, "eval", "--env", ENV, "--split", "test", "--limit", str(limit), "--policy", policy,
+               "--out", str(out), "--no-progress", *extra]
+    if policy.startswith("orchestrator:"):
+        command += ["--prefer", prefer, *ORCHESTRATOR_FLAGS]
+    print("$", " ".join(command), flush=True)
+    subprocess.run(command, check=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.DEVNULL)
+
+
+def points(folder: Path) -> dict[str, tuple[float, float]]:
+    """policy dir name -> (accuracy, total dollars), a router sweep's points named router-T."""
+    found = {}
+    for metrics_path in sorted(folder.rglob("metrics.json")):
+        metrics = json.loads(metrics_path.read_text())
+        for point in metrics.get("sweep") or [metrics]:  # a router sweep: one point per threshold
+            name = point["policy"] if "sweep" in metrics else metrics_path.parent.relative_to(folder).as_posix()
+            found[name] = (point["accuracy"], point["cost_usd"])
+    return found
+
+
+def decisions(run: Path) -> dict[str, str]:
+    with (run / "decisions.csv").open() as handle:
+        return {row["task_id"]: row["model"] for row in csv.DictReader(handle)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--orchestrator", required=True, help="a shipped adapter name or model dir")
+    parser.add_argument("--limit", type=int, default=945, help="the first N routerbench test tasks")
+    parser.add_argument("--prefer", default="accuracy")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    orchestrator = f"orchestrator:{args.orchestrator}"
+    lines = [f"# Generalization of {orchestrator} on the first {args.limit} routerbench test tasks "
+             f"(--prefer {args.prefer})", "", "| condition | orchestrator accuracy | total $ | dominated by |",
+             "| --- | --- | --- | --- |"]
+    panels = {}
+    for name, extra in conditions().items():
+        folder = args.out / name
+        run_eval(orchestrator, folder / "orchestrator", extra, args.limit, args.prefer)
+        if name == "renamed":
+            continue  # baselines choose models, not labels: the catalog condition's baselines stand
+        for policy in [*single_policies(), *BASELINES]:
+            run_eval(policy, folder / policy.replace(":", "-").replace("/", "-"), extra, args.limit, args.prefer)
+        found = points(folder)
+        mine = found.pop("orchestrator")
+        dominating = sorted(policy for policy, (acc, cost) in found.items() if acc >= mine[0] and cost <= mine[1])
+        lines.append(f"| {name} | {mine[0]:.4f} | {mine[1]:.4f} | {', '.join(dominating) or 'none (nondominated)'} |")
+        panels[name] = (mine, found)
+    catalog, renamed = decisions(args.out / "catalog/orchestrator"), decisions(args.out / "renamed/orchestrator")
+    same = sum(catalog[task] == renamed.get(task) for task in catalog) / len(catalog)
+    renamed_metrics = json.loads((args.out / "renamed/orchestrator/metrics.json").read_text())
+    lines += ["", f"Renamed labels (`--rename-labels 1`): {same:.1%} of {len(catalog)} decisions name the same model "
+              f"as under the catalog labels; accuracy {renamed_metrics['accuracy']:.4f}, "
+              f"${renamed_metrics['cost_usd']:.4f}.", "", "![accuracy vs dollars](generalization.png)"]
+    (args.out / "report.md").write_text("\n".join(lines) + "\n")
+    plot(panels, args.out / "generalization.png", orchestrator)
+    print("\n".join(lines))
+    return 0
+
+
+def plot(panels: dict[str, tuple[tuple[float, float], dict[str, tuple[float, float]]]], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.8), squeeze=False)
+    for axis, (name, (mine, found)) in zip(axes[0], panels.items(), strict=True):
+        axis.scatter([c for _, c in found.values()], [a for a, _ in found.values()], s=14, color="grey",
+                     label="baselines")
+        axis.scatter([mine[1]], [mine[0]], s=60, color="crimson", marker="*", label="orchestrator")
+        axis.set_xscale("log")
+        axis.set_title(name)
+        axis.set_xlabel("total $ (log)")
+        axis.set_ylabel("accuracy")
+    axes[0][0].legend(fontsize=7)
+    figure.suptitle(title)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
