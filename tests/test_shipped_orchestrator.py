@@ -68,6 +68,14 @@ def test_exported_adapter_loads_by_name_and_matches_the_trained_policy(tmp_path,
     torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
     assert not torch.allclose(got, untrained, atol=1e-4), "the adapter changed nothing: the test proves nothing"
 
+    # an exported folder that is not shipped loads by its path (evaluate before shipping), merged the same way
+    monkeypatch.setattr(adapters, "orchestrators_root", lambda: tmp_path / "nothing-shipped")
+    assert adapters.find_orchestrator("tiny-orchestrator") is None
+    assert adapters.find_orchestrator(str(tmp_path)) is None  # a folder without an adapter
+    by_path, _ = load_hf_model(str(resolve_model_dir(str(written))))
+    with torch.no_grad():
+        torch.testing.assert_close(by_path(input_ids=ids).logits, expected, rtol=1e-4, atol=1e-4)
+
 
 def test_export_errors_name_the_checkpoint(tmp_path) -> None:
     with pytest.raises(UserError, match="not a training checkpoint"):

@@ -1,4 +1,4 @@
-"""Trained orchestrators shipped with the package, found by name.
+"""Trained orchestrators shipped with the package, found by name (or an exported adapter folder, by path).
 
 A shipped orchestrator is a folder under `toolorchestra/data/orchestrators/NAME/` holding a LoRA adapter in
 peft's format (`adapter_config.json`, `adapter_model.safetensors`), `orchestrator.json` (the base model
@@ -40,17 +40,34 @@ def orchestrators_root() -> Path:
     return Path(str(resources.files("toolorchestra") / "data" / "orchestrators"))
 
 
+def read_orchestrator(folder: Path) -> ShippedOrchestrator | None:
+    """The orchestrator an adapter folder holds (orchestrator.json and the peft files), or None."""
+    meta_path = folder / META_FILE
+    if not meta_path.is_file() or not all((folder / name).is_file() for name in ADAPTER_FILES):
+        return None
+    meta = json.loads(meta_path.read_text())
+    prompt = meta.get("prompt") or {}
+    return ShippedOrchestrator(
+        folder.name, folder, str(meta["base_model"]), profiles=bool(prompt.get("profiles", False))
+    )
+
+
 def shipped_orchestrators() -> dict[str, ShippedOrchestrator]:
     """Every shipped orchestrator by name."""
     root = orchestrators_root()
     found = {}
     for folder in sorted(root.iterdir()) if root.is_dir() else []:
-        meta_path = folder / META_FILE
-        if not meta_path.is_file() or not all((folder / name).is_file() for name in ADAPTER_FILES):
-            continue
-        meta = json.loads(meta_path.read_text())
-        prompt = meta.get("prompt") or {}
-        found[folder.name] = ShippedOrchestrator(
-            folder.name, folder, str(meta["base_model"]), profiles=bool(prompt.get("profiles", False))
-        )
+        orchestrator = read_orchestrator(folder)
+        if orchestrator is not None:
+            found[folder.name] = orchestrator
     return found
+
+
+def find_orchestrator(reference: str) -> ShippedOrchestrator | None:
+    """A shipped orchestrator by name, or one that `export-orchestrator` wrote to a folder (evaluate a trained
+    adapter before shipping it: `--policy orchestrator:runs/exports/NAME`)."""
+    shipped = shipped_orchestrators().get(reference)
+    if shipped is not None:
+        return shipped
+    folder = Path(reference).expanduser()
+    return read_orchestrator(folder) if folder.is_dir() else None

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from toolorchestra.backends.adapters import ShippedOrchestrator, shipped_orchestrators
+from toolorchestra.backends.adapters import ShippedOrchestrator, find_orchestrator
 from toolorchestra.backends.base import Backend, Completion, Message, ToolCall, Usage
 from toolorchestra.backends.toolcalls import parse_tool_calls, to_plain_messages
 from toolorchestra.catalog.schema import LocalBackendSpec
@@ -90,8 +90,8 @@ def resolve_model_dir(path: str = DEFAULT_MODEL, gguf_file: str | None = None) -
     if path == DEFAULT_MODEL and gguf_file is None:
         return _converted_dir(bundled_smollm2_gguf(), "smollm2-135m-instruct-q4_1")
     if gguf_file is None:
-        shipped = shipped_orchestrators().get(path)
-        if shipped is not None:  # a trained orchestrator shipped as a LoRA adapter: merged once into the cache
+        shipped = find_orchestrator(path)
+        if shipped is not None:  # a shipped or exported LoRA adapter: merged once into the cache
             return _built_dir(
                 shipped.cache_name(), lambda staging: merge_adapter(shipped, staging), {"adapter": str(shipped.folder)}
             )

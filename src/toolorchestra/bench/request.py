@@ -92,9 +92,9 @@ class EvalRequest:
             return self.profiles
         if not self.policy.startswith("orchestrator:") or not self.env.startswith("replay:"):
             return "none"
-        from toolorchestra.backends.adapters import shipped_orchestrators
+        from toolorchestra.backends.adapters import find_orchestrator
 
-        shipped = shipped_orchestrators().get(self.policy.partition(":")[2])
+        shipped = find_orchestrator(self.policy.partition(":")[2])
         return "none" if shipped is not None and not shipped.profiles else "train"
 
 

@@ -1,4 +1,4 @@
-"""The `train` command: GRPO training of an orchestrator from a YAML config (see docs/training.md)."""
+"""The `train` command: train an orchestrator from a YAML config with the recipe it names (see docs/training.md)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def register(app: typer.Typer) -> None:
         ),
         quiet: bool = typer.Option(False, "--quiet", help="no progress bar"),
     ) -> None:
-        """Train an orchestrator with GRPO on an environment's training split."""
+        """Train an orchestrator on an environment's training split with its config's recipe."""
         from rich.console import Console
 
         from toolorchestra.train.config import load_train_config
