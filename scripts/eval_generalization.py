@@ -12,9 +12,9 @@ Conditions (each an `toolorchestra eval` run into OUT/<condition>/<policy>, resu
   costs, as `--price-scale` factors, so each question keeps its own relative cost).
 Under each price condition every non-oracle baseline runs at the same prices (single models, random, cheapest,
 per-subtask, cascade, the router sweep) and the report says which of them dominate the orchestrator's point
-(a' >= a and c' <= c). Writes OUT/report.md (tables) and OUT/generalization.png (accuracy vs dollars per
-condition). The orchestrator runs as the shipped figures were made: `--tools answer --max-turns 1
---max-tokens 40`, greedy.
+(a' >= a and c' <= c). Writes OUT/report-orchestrator-NAME.md (tables) and OUT/generalization-orchestrator-NAME.png
+(accuracy vs dollars per condition); several orchestrators evaluated into the same OUT share its baseline runs.
+The orchestrator runs as the shipped figures were made: `--tools answer --max-turns 1 --max-tokens 40`, greedy.
 """
 
 from __future__ import annotations
@@ -79,9 +79,12 @@ def run_eval(policy: str, out: Path, extra: list[str], limit: int, prefer: str) 
 
 
 def points(folder: Path) -> dict[str, tuple[float, float]]:
-    """policy dir name -> (accuracy, total dollars), a router sweep's points named router-T."""
+    """baseline dir name -> (accuracy, total dollars), a router sweep's points named router:T; orchestrator runs
+    (orchestrator-NAME dirs, one per orchestrator evaluated into the same OUT) are not baselines."""
     found = {}
     for metrics_path in sorted(folder.rglob("metrics.json")):
+        if metrics_path.parent.name.startswith("orchestrator-"):
+            continue
         metrics = json.loads(metrics_path.read_text())
         for point in metrics.get("sweep") or [metrics]:  # a router sweep: one point per threshold
             name = point["policy"] if "sweep" in metrics else metrics_path.parent.relative_to(folder).as_posix()
@@ -105,6 +108,7 @@ def main() -> int:
     args = parser.parse_args()
     chosen = args.conditions.split(",")
     orchestrator = f"orchestrator:{args.orchestrator}"
+    mine_dir = "orchestrator-" + Path(args.orchestrator).name  # several orchestrators share OUT and its baselines
     lines = [f"# Generalization of {orchestrator} on the first {args.limit} routerbench test tasks "
              f"(--prefer {args.prefer})", "", "| condition | orchestrator accuracy | total $ | dominated by |",
              "| --- | --- | --- | --- |"]
@@ -113,26 +117,27 @@ def main() -> int:
         if name not in chosen:
             continue
         folder = args.out / name
-        run_eval(orchestrator, folder / "orchestrator", extra, args.limit, args.prefer)
+        run_eval(orchestrator, folder / mine_dir, extra, args.limit, args.prefer)
         if name == "renamed":
             continue  # baselines choose models, not labels: the catalog condition's baselines stand
         for policy in [*single_policies(), *BASELINES]:
             run_eval(policy, folder / policy.replace(":", "-").replace("/", "-"), extra, args.limit, args.prefer)
         found = points(folder)
-        mine = found.pop("orchestrator")
+        record = json.loads((folder / mine_dir / "metrics.json").read_text())
+        mine = (record["accuracy"], record["cost_usd"])
         dominating = sorted(policy for policy, (acc, cost) in found.items() if acc >= mine[0] and cost <= mine[1])
         lines.append(f"| {name} | {mine[0]:.4f} | {mine[1]:.4f} | {', '.join(dominating) or 'none (nondominated)'} |")
         panels[name] = (mine, found)
     if "catalog" in chosen and "renamed" in chosen:
-        catalog, renamed = decisions(args.out / "catalog/orchestrator"), decisions(args.out / "renamed/orchestrator")
+        catalog, renamed = decisions(args.out / "catalog" / mine_dir), decisions(args.out / "renamed" / mine_dir)
         same = sum(catalog[task] == renamed.get(task) for task in catalog) / len(catalog)
-        renamed_metrics = json.loads((args.out / "renamed/orchestrator/metrics.json").read_text())
+        renamed_metrics = json.loads((args.out / "renamed" / mine_dir / "metrics.json").read_text())
         lines += ["", f"Renamed labels (`--rename-labels 1`): {same:.1%} of {len(catalog)} decisions name the same "
                   f"model as under the catalog labels; accuracy {renamed_metrics['accuracy']:.4f}, "
                   f"${renamed_metrics['cost_usd']:.4f}."]
-    lines += ["", "![accuracy vs dollars](generalization.png)"]
-    (args.out / "report.md").write_text("\n".join(lines) + "\n")
-    plot(panels, args.out / "generalization.png", orchestrator)
+    lines += ["", f"![accuracy vs dollars](generalization-{mine_dir}.png)"]
+    (args.out / f"report-{mine_dir}.md").write_text("\n".join(lines) + "\n")
+    plot(panels, args.out / f"generalization-{mine_dir}.png", orchestrator)
     print("\n".join(lines))
     return 0
 
@@ -142,6 +147,7 @@ def plot(panels: dict[str, tuple[tuple[float, float], dict[str, tuple[float, flo
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter
 
     figure, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.8), squeeze=False)
     for axis, (name, (mine, found)) in zip(axes[0], panels.items(), strict=True):
@@ -149,6 +155,7 @@ def plot(panels: dict[str, tuple[tuple[float, float], dict[str, tuple[float, flo
                      label="baselines")
         axis.scatter([mine[1]], [mine[0]], s=60, color="crimson", marker="*", label="orchestrator")
         axis.set_xscale("log")
+        axis.xaxis.set_minor_formatter(NullFormatter())  # minor tick labels overlap on a narrow dollar range
         axis.set_title(name)
         axis.set_xlabel("total $ (log)")
         axis.set_ylabel("accuracy")
