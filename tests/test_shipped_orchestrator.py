@@ -163,3 +163,16 @@ def test_averaged_checkpoint_holds_the_mean_weights_and_exports(tmp_path) -> Non
     assert (exported / "adapter_model.safetensors").is_file()
     with pytest.raises(ValueError, match="average_checkpoints: no checkpoint"):
         average_checkpoints([], tmp_path / "none")
+
+
+def test_a_malformed_orchestrator_json_names_the_file(tmp_path) -> None:
+    folder = tmp_path / "exported"
+    folder.mkdir()
+    for name in adapters.ADAPTER_FILES:
+        (folder / name).write_text("{}")
+    (folder / adapters.META_FILE).write_text("{not json")
+    with pytest.raises(UserError, match=r"orchestrator\.json: not an orchestrator\.json"):
+        adapters.find_orchestrator(str(folder))
+    (folder / adapters.META_FILE).write_text('{"checkpoint_step": 3}')
+    with pytest.raises(UserError, match="base_model"):
+        adapters.find_orchestrator(str(folder))

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from toolorchestra.errors import UserError
+
 META_FILE = "orchestrator.json"
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 
@@ -45,11 +47,16 @@ def read_orchestrator(folder: Path) -> ShippedOrchestrator | None:
     meta_path = folder / META_FILE
     if not meta_path.is_file() or not all((folder / name).is_file() for name in ADAPTER_FILES):
         return None
-    meta = json.loads(meta_path.read_text())
-    prompt = meta.get("prompt") or {}
-    return ShippedOrchestrator(
-        folder.name, folder, str(meta["base_model"]), profiles=bool(prompt.get("profiles", False))
-    )
+    try:
+        meta = json.loads(meta_path.read_text())
+        prompt = meta.get("prompt") or {}
+        base = str(meta["base_model"])
+    except (json.JSONDecodeError, KeyError, AttributeError) as error:
+        raise UserError(
+            f"{meta_path}: not an orchestrator.json as export-orchestrator writes it (a JSON object with "
+            f"base_model): {error}"
+        ) from None
+    return ShippedOrchestrator(folder.name, folder, base, profiles=bool(prompt.get("profiles", False)))
 
 
 def shipped_orchestrators() -> dict[str, ShippedOrchestrator]:
