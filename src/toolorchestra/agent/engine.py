@@ -45,12 +45,13 @@ async def run_calls(
     messages: Sequence[Message] = (),
     *,
     wall_clock: bool = True,
+    steps: Sequence[Step] = (),
 ) -> list[ToolResult]:
     """Run `calls` concurrently. Never raises for a tool's failure: an unknown tool or a tool that raises
     becomes a `ToolResult` with the error as the orchestrator will read it. `wall_clock`: a tool without a
     model that reports no latency is charged its wall time (live runs); training leaves it 0 s so that
     rewards are reproducible (exact resume)."""
-    context = ToolContext(task=task, messages=list(messages))
+    context = ToolContext(task=task, messages=list(messages), steps=list(steps))
     with serving(task):
         if len(calls) == 1:  # the common case: no task objects to create and schedule
             return [await _run_one(tools, calls[0], context, wall_clock)]
@@ -86,6 +87,7 @@ def tool_step(turn: int, call: ToolCall, result: ToolResult) -> Step:
         cost_usd=result.cost_usd,
         latency_s=result.latency_s,
         error=result.error,
+        meta=result.meta,
     )
 
 
@@ -135,7 +137,7 @@ async def take_turn(
         trajectory.messages.append({"role": "user", "content": "\n".join(call_errors or [NO_CALL_HINT])})
         trajectory.latency_s += orchestrator.latency_s
         return TurnRecord(trajectory.messages[first_new:])
-    results = await run_calls(tools, calls, task, trajectory.messages, wall_clock=wall_clock)
+    results = await run_calls(tools, calls, task, trajectory.messages, wall_clock=wall_clock, steps=trajectory.steps)
     trajectory.latency_s += orchestrator.latency_s + max(result.latency_s for result in results)
     for call, result in zip(calls, results, strict=True):
         step = tool_step(orchestrator.turn, call, result)

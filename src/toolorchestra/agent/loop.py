@@ -3,6 +3,9 @@
 One turn: the orchestrator model writes reasoning and tool calls; every call of that turn runs
 concurrently; each result becomes a `tool` message. The episode ends when `answer` succeeds, after
 `max_turns`, or once the dollars spent reach `max_budget_usd`.
+
+`protocol` (agent/paper.py) is the paper's mode of the same loop: the request is rebuilt from the episode's
+steps every turn instead of growing as a chat history, and only the first valid call of a turn runs.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from toolorchestra.agent.engine import NO_CALL_HINT, StepCallback, serving, take_turn
+from toolorchestra.agent.paper import PaperProtocol
 from toolorchestra.agent.preference import Preference
 from toolorchestra.agent.prompt import initial_messages, task_rules, wording_for
 from toolorchestra.agent.trajectory import Step, Trajectory
@@ -35,6 +39,7 @@ class Orchestrator:
         max_tokens: int = 512,
         temperature: float = 0.0,
         on_step: StepCallback | None = None,
+        protocol: PaperProtocol | None = None,
     ) -> None:
         self.backend = backend
         self.tools = {tool.name: tool for tool in tools}
@@ -46,8 +51,11 @@ class Orchestrator:
         self.max_tokens = max_tokens
         self.temperature = temperature
         self.on_step = on_step
+        self.protocol = protocol
 
     def initial_messages(self, task: Task) -> list[dict[str, Any]]:
+        if self.protocol is not None:
+            return self.protocol.messages(task.prompt, None)
         # Envs whose tasks come with rules (a ToolScale domain policy) extend the system prompt with them.
         return initial_messages(
             list(self.tools.values()), task.prompt, self.preference, wording_for(task.id), task_rules(task)
@@ -67,9 +75,12 @@ class Orchestrator:
         )
         schemas = [tool.schema() for tool in self.tools.values()]
         for turn in range(self.max_turns):
+            messages = trajectory.messages
+            if self.protocol is not None and turn > 0:
+                messages = self.protocol.messages(task.prompt, trajectory)
             try:
                 completion = await self.backend.complete(
-                    trajectory.messages, schemas, max_tokens=self.max_tokens, temperature=self.temperature
+                    messages, schemas, max_tokens=self.max_tokens, temperature=self.temperature
                 )
             except Exception as exc:  # the episode ends with the error recorded, the batch goes on
                 self._record(
@@ -78,13 +89,16 @@ class Orchestrator:
                 )
                 trajectory.stop_reason = "error"
                 return trajectory
+            calls, call_errors = completion.tool_calls, completion.call_errors
+            if self.protocol is not None:
+                calls, call_errors = self.protocol.select(calls, call_errors, self.tools)
             await take_turn(
                 trajectory,
                 self.tools,
                 task,
-                self._turn_step(turn, completion),
-                completion.tool_calls,
-                completion.call_errors,
+                self._turn_step(turn, completion, call_errors),
+                calls,
+                call_errors,
                 prose=completion.text,
                 on_step=self.on_step,
             )
@@ -96,7 +110,7 @@ class Orchestrator:
         trajectory.stop_reason = "max_turns"
         return trajectory
 
-    def _turn_step(self, turn: int, completion: Completion) -> Step:
+    def _turn_step(self, turn: int, completion: Completion, call_errors: list[str]) -> Step:
         usage = completion.usage
         return Step.model_construct(
             turn=turn,
@@ -108,7 +122,7 @@ class Orchestrator:
             completion_tokens=usage.completion_tokens,
             cost_usd=self.price.cost(usage.prompt_tokens, usage.completion_tokens),
             latency_s=completion.latency_s,
-            error="; ".join(completion.call_errors) or None,
+            error="; ".join(call_errors) or None,
         )
 
     def _record(self, trajectory: Trajectory, step: Step) -> None:

@@ -24,6 +24,9 @@ class Step(BaseModel):
     cost_usd: float = 0.0
     latency_s: float = 0.0
     error: str | None = None
+    # What a tool reported beside its observation (e.g. the paper tools' documents, code and its output), so a
+    # per-turn context can be rebuilt from the steps alone.
+    meta: dict[str, Any] = Field(default_factory=dict)
 
 
 StopReason = Literal["answer", "max_turns", "budget", "no_tool_call", "error"]

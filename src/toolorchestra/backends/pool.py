@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -41,7 +42,11 @@ def _openai_backend(spec: ModelSpec) -> Backend:
     from toolorchestra.backends.openai_compat import OpenAIBackend
 
     assert isinstance(spec.backend, OpenAIBackendSpec)
-    return OpenAIBackend(spec.backend, name=spec.name)
+    backend_spec = spec.backend
+    if backend_spec.base_url_env and os.environ.get(backend_spec.base_url_env):
+        # the endpoint comes from the environment (configs/pools/paper-hle.yaml): one file for every deployment
+        backend_spec = backend_spec.model_copy(update={"base_url": os.environ[backend_spec.base_url_env]})
+    return OpenAIBackend(backend_spec, name=spec.name)
 
 
 def _local_backend(spec: ModelSpec) -> Backend:

@@ -52,6 +52,72 @@ def summarize(trajectories: Sequence[Trajectory]) -> dict[str, Any]:
         "first_errors": _first_distinct(failures, MAX_FIRST_ERRORS),
         "scoring": dict(sorted(Counter(str(t.score_details.get("method", "none")) for t in trajectories).items())),
         "per_subtask": _per_subtask(trajectories),
+        "by_role": by_role(trajectories),
+        **_judging(trajectories),
+    }
+
+
+def _role_entry() -> dict[str, float]:
+    return {"calls": 0, "cost_usd": 0.0, "prompt_tokens": 0, "completion_tokens": 0, "latency_s": 0.0}
+
+
+def by_role(trajectories: Sequence[Trajectory]) -> dict[str, dict[str, float]]:
+    """Cost, tokens, latency and calls of the orchestrator, of each tool (`tool:NAME`) and each label
+    (`label:LABEL`), in total and per question (`*_per_question`); the judge's, when one graded, apart
+    (`judge`), since its dollars are not the episode's."""
+    roles: dict[str, dict[str, float]] = {}
+
+    def add(role: str, calls: int, cost: float, prompt: int, completion: int, latency: float) -> None:
+        entry = roles.setdefault(role, _role_entry())
+        entry["calls"] += calls
+        entry["cost_usd"] += cost
+        entry["prompt_tokens"] += prompt
+        entry["completion_tokens"] += completion
+        entry["latency_s"] += latency
+
+    for trajectory in trajectories:
+        for step in trajectory.steps:
+            usage = (1, step.cost_usd, step.prompt_tokens, step.completion_tokens, step.latency_s)
+            if step.kind == "orchestrator":
+                add("orchestrator", *usage)
+                continue
+            add(f"tool:{step.name}", *usage)
+            if step.label:
+                add(f"label:{step.label}", *usage)
+        judge = trajectory.score_details.get("judge")
+        if isinstance(judge, dict) and judge.get("judge_model"):
+            add(
+                "judge",
+                1,
+                float(judge.get("cost_usd", 0.0)),
+                int(judge.get("prompt_tokens", 0)),
+                int(judge.get("completion_tokens", 0)),
+                float(judge.get("latency_s", 0.0)),
+            )
+    count = max(len(trajectories), 1)
+    for entry in roles.values():
+        for key in ("calls", "cost_usd", "latency_s"):
+            entry[f"{key}_per_question"] = entry[key] / count
+    return dict(sorted(roles.items()))
+
+
+def _judging(trajectories: Sequence[Trajectory]) -> dict[str, Any]:
+    """For runs graded by a live world's judge (envs/live/judge.py): how each answer was judged, the questions
+    whose answer tool never ran, and the judge's own cost (apart from `cost_usd`, the episodes')."""
+    verdicts = [t.score_details["judge"] for t in trajectories if isinstance(t.score_details.get("judge"), dict)]
+    if not verdicts:
+        return {}
+    outcomes = Counter(f"{v.get('method')}:{'correct' if v.get('correct') else 'incorrect'}" for v in verdicts)
+    return {
+        "judge": {
+            "verdicts": dict(sorted(outcomes.items())),
+            "llm_calls": sum(1 for v in verdicts if v.get("judge_model")),
+            "cost_usd": sum(float(v.get("cost_usd", 0.0)) for v in verdicts),
+            "prompt_tokens": sum(int(v.get("prompt_tokens", 0)) for v in verdicts),
+            "completion_tokens": sum(int(v.get("completion_tokens", 0)) for v in verdicts),
+            "errors": sum(1 for v in verdicts if v.get("error")),
+        },
+        "no_answer": sum(1 for t in trajectories if t.score_details.get("no_answer")),
     }
 
 

@@ -24,6 +24,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from toolorchestra.agent.engine import assistant_message, run_calls, tool_message, tool_step
+from toolorchestra.agent.paper import PaperProtocol
 from toolorchestra.agent.preference import Preference
 from toolorchestra.agent.trajectory import Trajectory
 from toolorchestra.backends.base import Backend, ToolCall
@@ -427,6 +428,7 @@ class OrchestratorPolicy(Policy):
         temperature: float = 0.0,
         short_prompt: bool = True,
         tools: Sequence[str] | None = None,
+        protocol: PaperProtocol | None = None,
     ) -> None:
         self.name = name
         self.backend = backend
@@ -438,6 +440,7 @@ class OrchestratorPolicy(Policy):
         self.temperature = temperature
         self.short_prompt = short_prompt
         self.tool_names = list(tools) if tools else None
+        self.protocol = protocol  # the paper's protocol mode (agent/paper.py), else chat history
 
     async def run(self, task: Task, tools: list[Tool]) -> Trajectory:
         from toolorchestra.agent.loop import Orchestrator
@@ -463,6 +466,7 @@ class OrchestratorPolicy(Policy):
             max_turns=self.max_turns,
             max_tokens=self.max_tokens,
             temperature=self.temperature,
+            protocol=self.protocol,
         )
         trajectory = await orchestrator.run(shown)
         trajectory.policy = self.name

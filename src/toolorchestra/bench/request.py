@@ -54,6 +54,15 @@ class EvalRequest:
     hold_out_models: list[str] | None = None  # --hold-out-models: models training never offered (reported)
     profiles: str = "auto"  # --profiles: auto | train | none | FILE (the labels' capability profiles in the prompt)
     rename_labels: int | None = None  # --rename-labels SEED: every model offered under a random label
+    context: str = "auto"  # --context: paper (rebuilt per turn, agent/paper.py) | history; auto: paper on live worlds
+
+    def context_mode(self) -> str:
+        """paper or history: how the orchestrator's request is built (auto: paper on the live worlds)."""
+        if self.context != "auto":
+            return self.context
+        from toolorchestra.envs.registry import is_live
+
+        return "paper" if is_live(self.env) else "history"
 
     def manifest(self) -> dict[str, Any]:
         """What must match for a rerun into the same dir to resume it."""
@@ -76,6 +85,8 @@ class EvalRequest:
         if shown != "none":
             fields["profiles"] = shown
         if self.policy.startswith("orchestrator:"):
+            if self.context_mode() == "paper":
+                fields["context"] = "paper"
             fields.update(
                 config=str(self.config) if self.config else None,
                 prefer=self.prefer,
@@ -196,11 +207,25 @@ async def run_episode(env: Env, policy: Policy, task: Task) -> Trajectory:
 
 
 def _env_options(request: EvalRequest) -> dict[str, Any]:
-    """--judge NAME: an LLM grader (a model of --config) for free-text FRAMES answers."""
+    """--judge NAME: an LLM grader (a model of --config) for free-text FRAMES answers. Live worlds: the pool
+    (--config, else the embedded one), the judge (auto, none or a pool model) and where bought answers are
+    recorded in the replay format (OUT/replay)."""
+    from toolorchestra.envs.registry import is_live
+
+    if is_live(request.env):
+        from toolorchestra.catalog import load_catalog
+
+        return {
+            "catalog": load_catalog(request.config) if request.config is not None else None,
+            "judge": request.judge or "auto",
+            "record_dir": request.out / "replay",
+        }
     if not request.judge:
         return {}
     if request.env != "replay:frames":
-        raise UserError(f"--judge applies to replay:frames free-text answers, not to {request.env}")
+        raise UserError(
+            f"--judge applies to replay:frames and the live worlds (hle, frames-live), not to {request.env}"
+        )
     if request.config is None:
         raise UserError("--judge NAME needs --config CATALOG naming that model (e.g. an OpenAI-compatible server)")
     from toolorchestra.backends.pool import ModelPool
@@ -249,6 +274,11 @@ def orchestrator_factory(request: EvalRequest) -> Callable[[str], Policy]:
                 f"{', '.join(local_orchestrators())} (embedded), a local model path or .gguf file, "
                 "or a model named in --config CATALOG (e.g. an OpenAI-compatible server)"
             )
+        protocol = None
+        if request.context_mode() == "paper":
+            from toolorchestra.agent.paper import PaperProtocol
+
+            protocol = PaperProtocol()
         return OrchestratorPolicy(
             f"orchestrator:{model}",
             backend,
@@ -258,6 +288,7 @@ def orchestrator_factory(request: EvalRequest) -> Callable[[str], Policy]:
             max_turns=request.max_turns,
             max_tokens=request.max_tokens,
             tools=request.tools,
+            protocol=protocol,
         )
 
     return build

@@ -52,6 +52,9 @@ class OpenAIBackendSpec(_Strict):
     base_url: str
     model: str
     api_key_env: str | None = Field(None, description="name of the environment variable holding the key")
+    base_url_env: str | None = Field(
+        None, description="name of an environment variable that, when set, holds the base URL (overrides base_url)"
+    )
     timeout_s: float = Field(60.0, gt=0)
     max_retries: int = Field(3, ge=0)
     tokenizer: str | None = Field(
@@ -109,7 +112,18 @@ class ModelSpec(_Strict):
     profile: ModelProfile | None = Field(None, description="measured capability profile shown in the prompt")
 
 
-ToolType = Literal["python", "search", "web_search", "llm", "answer", "search_query_writer"]
+ToolType = Literal[
+    "python",
+    "search",
+    "web_search",
+    "llm",
+    "answer",
+    "search_query_writer",
+    "paper_search",
+    "paper_reasoning",
+    "paper_answer",
+]
+LABELLED_TOOL_TYPES = ("llm", "search_query_writer", "paper_search", "paper_reasoning", "paper_answer")
 
 
 class ToolSpec(_Strict):
@@ -122,7 +136,7 @@ class ToolSpec(_Strict):
 
     @model_validator(mode="after")
     def _llm_tools_need_models(self) -> ToolSpec:
-        if self.type in ("llm", "search_query_writer") and not self.models:
+        if self.type in LABELLED_TOOL_TYPES and not self.models:
             raise ValueError(f"tool {self.name!r} of type {self.type!r} needs a 'models' map of labels to model names")
         return self
 
@@ -131,6 +145,7 @@ class Catalog(_Strict):
     orchestrator: str = Field(..., description="name of the model that orchestrates")
     models: list[ModelSpec]
     tools: list[ToolSpec]
+    judge: str | None = Field(None, description="model that grades free-text answers (the live worlds' LLM judge)")
 
     @field_validator("models")
     @classmethod
@@ -149,6 +164,8 @@ class Catalog(_Strict):
         names = {m.name for m in self.models}
         if self.orchestrator not in names:
             raise ValueError(f"orchestrator {self.orchestrator!r} is not one of the models {sorted(names)}")
+        if self.judge is not None and self.judge not in names:
+            raise ValueError(f"judge {self.judge!r} is not one of the models {sorted(names)}")
         for tool in self.tools:
             for label, model in tool.models.items():
                 if model not in names:

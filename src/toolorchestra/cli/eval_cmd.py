@@ -26,15 +26,15 @@ def eval_command(
         "--env",
         help="Environment: replay:routerbench | replay:frames | replay:DIR (a "
         "directory in the replay format, docs/replay.md) | tau2:airline | tau2:retail | "
-        "tau2:telecom | toolscale:DOMAIN | toolscale:all.",
+        "tau2:telecom | toolscale:DOMAIN | toolscale:all | hle | hle:FILE | frames-live (live worlds, docs/hle.md).",
     ),
     policy: str | None = typer.Option(
         None,
         "--policy",
         help="single:MODEL | random | cheapest | per-subtask | "
         "cascade[:LAMBDA] | router[:THRESHOLD] (no threshold: sweep) | oracle | "
-        "orchestrator:MODEL | gold | noop (toolscale envs). Required, except on tau2 (default: the pool's "
-        "orchestrator).",
+        "orchestrator:MODEL | gold | noop (toolscale envs). Required, except on tau2, hle and frames-live "
+        "(default: the pool's orchestrator).",
     ),
     out: Path = typer.Option(
         ...,
@@ -83,7 +83,15 @@ def eval_command(
         None,
         "--judge",
         help="replay:frames: grade free-text answers with this "
-        "model of --config (an LLM judge) instead of normalized matching.",
+        "model of --config (an LLM judge) instead of normalized matching. hle, frames-live: the LLM judge "
+        "after exact/normalized match: a pool model, or none (match only); default: the pool's judge.",
+    ),
+    context: str = typer.Option(
+        "auto",
+        "--context",
+        help="orchestrator:MODEL: paper (the request rebuilt every turn from the problem and what was gathered, "
+        "first valid call only: the paper's protocol) or history (a growing chat); auto: paper on hle and "
+        "frames-live, else history.",
     ),
     price_scale: list[str] | None = typer.Option(
         None,
@@ -193,6 +201,10 @@ def eval_command(
     from toolorchestra.envs.replay.world import parse_price_scale
     from toolorchestra.errors import UserError
 
+    if context not in ("auto", "paper", "history"):
+        raise UserError(f"--context {context!r}: expected auto, paper or history")
+    if policy is None:
+        policy = _default_live_policy(env, config, data_dir)
     if policy is None:
         raise UserError(f"--policy is required for --env {env}")
     if config is not None and not policy.startswith("orchestrator:") and not judge:
@@ -224,10 +236,24 @@ def eval_command(
         hold_out_models=_names(hold_out_models),
         profiles=profiles,
         rename_labels=rename_labels,
+        context=context,
     )
     metrics = run_eval(request)
     _print_metrics(metrics, out)
     _fail_if_every_episode_failed(metrics)
+
+
+def _default_live_policy(env: str, config: Path | None, data_dir: Path | None) -> str | None:
+    """On a live world the pool's orchestrator runs by default: --config's, else the embedded SmolLM2."""
+    from toolorchestra.envs.registry import is_live
+
+    if not is_live(env):
+        return None
+    if config is None:
+        return "orchestrator:smollm2-135m"
+    from toolorchestra.catalog import load_catalog
+
+    return f"orchestrator:{load_catalog(config).orchestrator}"
 
 
 def _warn_unused_config(config: Path, policy: str) -> None:

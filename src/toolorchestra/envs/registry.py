@@ -37,8 +37,23 @@ def _toolscale(domain: str | None) -> EnvFactory:
     return build
 
 
+def _live(kind: str) -> EnvFactory:
+    """The factory of a live world (envs/live/): hle (options: file, catalog, judge, record_dir) or frames-live."""
+
+    def build(data_dir: Path, **options: Any) -> Env:
+        from toolorchestra.envs.live.env import make_live_env
+
+        return make_live_env(kind, data_dir, **options)
+
+    return build
+
+
+LIVE_PREFIX = "hle:"  # hle:FILE, an HLE-format JSONL file of the user's
+
 ENVS: dict[str, EnvFactory] = {
     **WORLDS,
+    "hle": _live("hle"),
+    "frames-live": _live("frames-live"),
     "toolscale:all": _toolscale(None),
     **{f"toolscale:{domain}": _toolscale(domain) for domain in TOOLSCALE_DOMAINS},
 }
@@ -71,8 +86,8 @@ def replay_dir(name: str) -> Path | None:
 def env_factory(name: str) -> EnvFactory:
     if name not in ENVS:
         raise UserError(
-            f"--env {name!r}: unknown environment; valid: {', '.join(env_names())}, or replay:DIR "
-            "for a directory in the replay format (docs/replay.md)"
+            f"--env {name!r}: unknown environment; valid: {', '.join(env_names())}, replay:DIR "
+            "for a directory in the replay format (docs/replay.md), or hle:FILE for an HLE-format JSONL file"
         )
     return ENVS[name]
 
@@ -82,17 +97,26 @@ def make_env(name: str, data_dir: Path | str | None = None, **options: Any) -> E
     directory = replay_dir(name)
     if directory is not None:
         return directory_world(directory, name, **options)
+    if name.startswith(LIVE_PREFIX) and name not in ENVS:
+        return ENVS["hle"](resolve_data_dir(data_dir), file=name[len(LIVE_PREFIX) :], **options)
     return env_factory(name)(resolve_data_dir(data_dir), **options)
+
+
+def is_live(name: str) -> bool:
+    """Whether `name` is a live world (every call bought from a pool model, the paper's protocol)."""
+    return name in ("hle", "frames-live") or name.startswith(LIVE_PREFIX)
 
 
 __all__ = [
     "DATA_ENV_VAR",
     "DEFAULT_DATA_DIR",
     "ENVS",
+    "LIVE_PREFIX",
     "REPLAY_PREFIX",
     "SAME_WORLD",
     "env_factory",
     "env_names",
+    "is_live",
     "make_env",
     "register_env",
     "replay_dir",

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
 from toolorchestra.envs.base import Task
+
+if TYPE_CHECKING:
+    from toolorchestra.agent.trajectory import Step
 
 MAX_OBSERVATION_CHARS = 4000
 
@@ -44,6 +47,7 @@ class ToolContext:
 
     task: Task
     messages: list[dict[str, Any]] = field(default_factory=list)
+    steps: list[Step] = field(default_factory=list)  # the episode's steps before this turn's calls
 
 
 class Tool(ABC):
