@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from toolorchestra.backends.pool import ModelPool
 from toolorchestra.catalog.schema import ToolSpec
 from toolorchestra.errors import ConfigError
@@ -55,38 +53,19 @@ def build_tools(specs: list[ToolSpec], pool: ModelPool) -> list[Tool]:
 
 
 def _paper_tool(spec: ToolSpec, pool: ModelPool, options: dict) -> Tool:
-    """The paper's search / enhance_reasoning / answer (tools/paper.py); `options` set the retrieval (corpus,
-    top_k), the sandbox (timeout_s) and the models' budgets (max_tokens, context_tokens, document_chars)."""
+    """The paper's search / enhance_reasoning / answer (tools/paper.py); `options` set the retrieval (retriever:
+    bm25 | dense | web, corpus, embeddings, web, top_k; tools/retrieval.py), the sandbox (timeout_s) and the
+    models' budgets (max_tokens, context_tokens, document_chars, label_enum)."""
     from toolorchestra.tools import paper
 
     if spec.type == "paper_search":
-        corpus = options.pop("corpus", None)
-        if not corpus:
-            raise ConfigError(
-                f"tool {spec.name!r} of type paper_search needs options.corpus (a JSON/JSONL corpus file)"
-            )
-        return paper.PaperSearchTool(
-            spec.name, spec.description, spec.models, pool, retriever=bm25_retriever(str(corpus)), **options
-        )
+        from toolorchestra.tools.retrieval import make_retriever
+
+        retriever = make_retriever(options, spec.name)
+        return paper.PaperSearchTool(spec.name, spec.description, spec.models, pool, retriever=retriever, **options)
     if spec.type == "paper_reasoning":
         from toolorchestra.tools.python_sandbox import PythonTool
 
         sandbox = PythonTool(name=spec.name, timeout_s=float(options.pop("timeout_s", 60.0)))
         return paper.PaperReasoningTool(spec.name, spec.description, spec.models, pool, sandbox=sandbox, **options)
     return paper.PaperAnswerTool(spec.name, spec.description, spec.models, pool, **options)
-
-
-def bm25_retriever(corpus: str) -> Callable[[str, int], list[str]]:
-    """query, top_k -> the top passages of a corpus file as "title\ntext" (BM25, index cached on disk)."""
-    from pathlib import Path
-
-    from toolorchestra.tools.search import get_index, load_corpus
-
-    if not Path(corpus).exists():
-        load_corpus(Path(corpus))  # raises the one-line error naming the file
-
-    def retrieve(query: str, top_k: int) -> list[str]:
-        hits = get_index(str(Path(corpus).resolve())).search(query, top_k)
-        return [f"{passage['title']}\n{passage['text']}".strip() for passage, _ in hits]
-
-    return retrieve

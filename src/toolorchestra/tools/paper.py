@@ -17,7 +17,7 @@ from the episode's steps (`Step.meta`, see `notebook`), so the orchestrator's pe
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -28,8 +28,8 @@ from toolorchestra.tools.llm import LLMTool
 if TYPE_CHECKING:
     from toolorchestra.agent.trajectory import Step
 
-Retriever = Callable[[str, int], Sequence[str]]
-"""query, top_k -> documents (each a passage's text, titled)."""
+Retriever = Callable[[str, int], Awaitable[list[str]]]
+"""query, top_k -> documents (each a passage's text, titled): tools/retrieval.py."""
 
 QUERY_INSTRUCTION = (
     "Instead of directly answering the question, please write a query to search for a piece of relevant and "
@@ -164,8 +164,6 @@ class PaperSearchTool(PaperTool):
         self.top_k = top_k
 
     async def run(self, arguments: dict[str, Any], context: ToolContext) -> ToolResult:
-        import asyncio
-
         resolved = self.resolve_label(arguments)
         if isinstance(resolved, str):
             return ToolResult(error=resolved)
@@ -176,7 +174,11 @@ class PaperSearchTool(PaperTool):
         if result.error:
             return result
         query = written_query(result.output) or problem
-        documents = list(await asyncio.to_thread(self.retriever, query[:390], self.top_k))
+        try:
+            documents = await self.retriever(query[:390], self.top_k)
+        except Exception as exc:  # a retrieval failure is the call's error, shown to the orchestrator
+            result.error = f"retrieval failed: {exc.__class__.__name__}: {exc}"  # the query writer is still paid
+            return result
         shown = "\n\n".join(f"Doc {index}: {doc}" for index, doc in enumerate(documents, start=1))
         result.output = f"Query: {query}\n\n{shown or 'No documents found.'}"
         result.meta = {"query": query, "documents": documents}
