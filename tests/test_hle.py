@@ -324,3 +324,19 @@ def test_retriever_options_are_checked(tmp_path):
         make_retriever({}, "search")
     with pytest.raises(ConfigError, match="embeddings needs base_url and model"):
         make_retriever({"retriever": "dense", "corpus": str(_corpus(tmp_path)), "embeddings": {"model": "e"}}, "s")
+
+
+def test_the_last_turn_offers_only_the_answer_tool(tmp_path, fake_vllm, isolated_cache):
+    questions = tmp_path / "hle.jsonl"
+    questions.write_text(json.dumps({"id": "q1", "question": "What is the capital of France?", "answer": "Paris",
+                                     "answer_type": "exactMatch"}) + "\n")
+    config = _catalog(tmp_path, fake_vllm.base_url, _corpus(tmp_path))
+    out = tmp_path / "run"
+    result = _cli("eval", "--env", f"hle:{questions}", "--config", str(config), "--out", str(out), "--no-progress",
+                  "--max-turns", "1")
+    assert result.returncode == 0, result.stderr[-3000:]
+    (request,) = [body for body in fake_vllm.requests if body.get("tools")]
+    assert [tool["function"]["name"] for tool in request["tools"]] == ["answer"]
+    (trajectory,) = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
+    assert trajectory["stop_reason"] == "answer" and trajectory["correct"] is True
+    assert trajectory["steps"][0]["error"].startswith("call 1 (search) skipped: unknown tool; offered: ['answer']")

@@ -75,12 +75,13 @@ class Orchestrator:
         )
         schemas = [tool.schema() for tool in self.tools.values()]
         for turn in range(self.max_turns):
-            messages = trajectory.messages
-            if self.protocol is not None and turn > 0:
-                messages = self.protocol.messages(task.prompt, trajectory)
+            messages, tools, offered = trajectory.messages, self.tools, schemas
+            if self.protocol is not None:  # the paper's mode: a rebuilt request, maybe fewer tools
+                messages, tools = self._paper_request(task, trajectory, turn)
+                offered = schemas if len(tools) == len(self.tools) else [tool.schema() for tool in tools.values()]
             try:
                 completion = await self.backend.complete(
-                    messages, schemas, max_tokens=self.max_tokens, temperature=self.temperature
+                    messages, offered, max_tokens=self.max_tokens, temperature=self.temperature
                 )
             except Exception as exc:  # the episode ends with the error recorded, the batch goes on
                 self._record(
@@ -91,7 +92,7 @@ class Orchestrator:
                 return trajectory
             calls, call_errors = completion.tool_calls, completion.call_errors
             if self.protocol is not None:
-                calls, call_errors = self.protocol.select(calls, call_errors, self.tools)
+                calls, call_errors = self.protocol.select(calls, call_errors, tools)
             await take_turn(
                 trajectory,
                 self.tools,
@@ -109,6 +110,13 @@ class Orchestrator:
                 return trajectory
         trajectory.stop_reason = "max_turns"
         return trajectory
+
+    def _paper_request(
+        self, task: Task, trajectory: Trajectory, turn: int
+    ) -> tuple[list[dict[str, Any]], dict[str, Tool]]:
+        assert self.protocol is not None
+        messages = trajectory.messages if turn == 0 else self.protocol.messages(task.prompt, trajectory)
+        return messages, self.protocol.offered(self.tools, turn, self.max_turns)
 
     def _turn_step(self, turn: int, completion: Completion, call_errors: list[str]) -> Step:
         usage = completion.usage

@@ -8,6 +8,10 @@ Two things differ from the chat-history mode our own orchestrators use:
 - **Only the first valid call of a turn runs.** A call is valid when it names an offered tool and gives every
   required argument, with a `model` among that tool's labels. Later calls of the turn are skipped and recorded.
 
+One rule is ours, not the reference's: on the last turn the turn cap allows, only the tools that end the episode
+(`answer`) are offered (`answer_at_cap`), so an episode that reaches the cap still answers, as smolagents asks for
+a final answer at its step cap. The reference ends such an episode without an answer (`answer_at_cap=False`).
+
 The exact request is documented field by field in docs/hle.md (and checked by tests/test_hle.py).
 """
 
@@ -20,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from toolorchestra.backends.base import ToolCall
 from toolorchestra.tools.base import Tool
 from toolorchestra.tools.llm import LLMTool
-from toolorchestra.tools.paper import Notebook, code_block, keep_last_tokens, notebook
+from toolorchestra.tools.paper import Notebook, PaperAnswerTool, code_block, keep_last_tokens, notebook
 
 if TYPE_CHECKING:
     from toolorchestra.agent.trajectory import Trajectory
@@ -39,6 +43,15 @@ class PaperProtocol:
     code_tokens: int = 12000
     attempt_tokens: int = 8000
     document_chars: int = 1200
+    answer_at_cap: bool = True
+
+    def offered(self, tools: Mapping[str, Tool], turn: int, max_turns: int) -> dict[str, Tool]:
+        """The tools of this turn: all of them, or on the last turn (with `answer_at_cap`) those that end it."""
+        if self.answer_at_cap and turn == max_turns - 1:
+            final: dict[str, Tool] = {name: tool for name, tool in tools.items() if isinstance(tool, PaperAnswerTool)}
+            if final:
+                return final
+        return dict(tools)
 
     def messages(self, problem: str, trajectory: Trajectory | None) -> list[dict[str, Any]]:
         """The request of the next turn: system, then the problem with everything gathered so far."""

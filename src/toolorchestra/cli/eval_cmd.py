@@ -362,6 +362,8 @@ def _print_metrics(metrics: dict, out: Path) -> None:
         )
     console = Console(highlight=False)
     console.print(table)
+    if metrics.get("judge"):  # live worlds: the paper's accounting, by role, with the judge apart
+        _print_roles(metrics, console)
     for entry in entries:
         if entry.get("errors"):
             console.print(
@@ -373,6 +375,25 @@ def _print_metrics(metrics: dict, out: Path) -> None:
             for error in entry.get("first_errors", []):
                 console.print(f"  - {error}", style="yellow", markup=False, soft_wrap=True)
     console.print(f"wrote {out / 'trajectories.jsonl'} and {out / 'metrics.json'}")
+
+
+def _print_roles(metrics: dict, console: Console) -> None:
+    from rich.table import Table
+
+    roles = Table(title=f"by role (judge: {metrics['judge']['verdicts']}; no answer: {metrics.get('no_answer', 0)})")
+    for column in ("role", "calls/question", "cost $", "$/question", "prompt tok", "completion tok", "s/question"):
+        roles.add_column(column)
+    for role, entry in metrics["by_role"].items():
+        roles.add_row(
+            role,
+            f"{entry['calls_per_question']:.2f}",
+            f"{entry['cost_usd']:.4f}",
+            f"{entry['cost_usd_per_question']:.6f}",
+            str(entry["prompt_tokens"]),
+            str(entry["completion_tokens"]),
+            f"{entry['latency_s_per_question']:.2f}",
+        )
+    console.print(roles)
 
 
 def _fail_if_every_episode_failed(metrics: dict) -> None:
