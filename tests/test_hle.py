@@ -222,15 +222,21 @@ def test_hle_run_through_an_openai_endpoint_judges_accounts_and_records_a_replay
     assert run["context"] == "paper"
 
 
-def test_judge_none_says_so_and_matches_only(tmp_path, fake_vllm, isolated_cache):
+def _run_one_question(tmp_path: Path, server: ServerThread, question: dict[str, Any], *options: str) -> Path:
+    """`eval --env hle:FILE` over a one-question file, against the fake server; the run's folder."""
     questions = tmp_path / "hle.jsonl"
-    questions.write_text(json.dumps({"id": "q2", "question": "Which? A) Paris B) Rome", "answer": "B",
-                                     "answer_type": "multipleChoice"}) + "\n")
-    config = _catalog(tmp_path, fake_vllm.base_url, _corpus(tmp_path))
+    questions.write_text(json.dumps(question) + "\n")
+    config = _catalog(tmp_path, server.base_url, _corpus(tmp_path))
     out = tmp_path / "run"
     result = _cli("eval", "--env", f"hle:{questions}", "--config", str(config), "--out", str(out), "--no-progress",
-                  "--judge", "none")
+                  *options)
     assert result.returncode == 0, result.stderr[-3000:]
+    return out
+
+
+def test_judge_none_says_so_and_matches_only(tmp_path, fake_vllm, isolated_cache):
+    out = _run_one_question(tmp_path, fake_vllm, {"id": "q2", "question": "Which? A) Paris B) Rome", "answer": "B",
+                                                  "answer_type": "multipleChoice"}, "--judge", "none")
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["judge"]["verdicts"] == {"option_letter:incorrect": 1} and metrics["judge"]["llm_calls"] == 0
     assert "judge" not in metrics["by_role"]
@@ -327,14 +333,8 @@ def test_retriever_options_are_checked(tmp_path):
 
 
 def test_the_last_turn_offers_only_the_answer_tool(tmp_path, fake_vllm, isolated_cache):
-    questions = tmp_path / "hle.jsonl"
-    questions.write_text(json.dumps({"id": "q1", "question": "What is the capital of France?", "answer": "Paris",
-                                     "answer_type": "exactMatch"}) + "\n")
-    config = _catalog(tmp_path, fake_vllm.base_url, _corpus(tmp_path))
-    out = tmp_path / "run"
-    result = _cli("eval", "--env", f"hle:{questions}", "--config", str(config), "--out", str(out), "--no-progress",
-                  "--max-turns", "1")
-    assert result.returncode == 0, result.stderr[-3000:]
+    out = _run_one_question(tmp_path, fake_vllm, {"id": "q1", "question": "What is the capital of France?",
+                                                  "answer": "Paris", "answer_type": "exactMatch"}, "--max-turns", "1")
     (request,) = [body for body in fake_vllm.requests if body.get("tools")]
     assert [tool["function"]["name"] for tool in request["tools"]] == ["answer"]
     (trajectory,) = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]

@@ -17,6 +17,7 @@ from the episode's steps (`Step.meta`, see `notebook`), so the orchestrator's pe
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -153,6 +154,22 @@ class PaperTool(LLMTool):
     def context(self, tool_context_: ToolContext) -> str:
         return tool_context(notebook(tool_context_.steps), self.context_tokens, self.document_chars)
 
+    def prompt(self, context: ToolContext) -> str:
+        """What the labelled model is asked: the episode's context, the problem and the tool's instruction."""
+        raise NotImplementedError
+
+    async def use(self, reply: ToolResult, context: ToolContext) -> ToolResult:
+        """The call's result from the model's successful reply (charged already)."""
+        raise NotImplementedError
+
+    async def run(self, arguments: dict[str, Any], context: ToolContext) -> ToolResult:
+        resolved = self.resolve_label(arguments)
+        if isinstance(resolved, str):
+            return ToolResult(error=resolved)
+        label, model = resolved
+        reply = await self.ask(label, model, [{"role": "user", "content": self.prompt(context).lstrip()}])
+        return reply if reply.error else await self.use(reply, context)
+
 
 class PaperSearchTool(PaperTool):
     purpose = "The model used to search for missing information"
@@ -163,17 +180,11 @@ class PaperSearchTool(PaperTool):
         self.retriever = retriever
         self.top_k = top_k
 
-    async def run(self, arguments: dict[str, Any], context: ToolContext) -> ToolResult:
-        resolved = self.resolve_label(arguments)
-        if isinstance(resolved, str):
-            return ToolResult(error=resolved)
-        label, model = resolved
-        problem = context.task.prompt
-        prompt = f"{self.context(context).strip()}\n\nQuestion: {problem}\n{QUERY_INSTRUCTION}".lstrip()
-        result = await self.ask(label, model, [{"role": "user", "content": prompt}])
-        if result.error:
-            return result
-        query = written_query(result.output) or problem
+    def prompt(self, context: ToolContext) -> str:
+        return f"{self.context(context).strip()}\n\nQuestion: {context.task.prompt}\n{QUERY_INSTRUCTION}"
+
+    async def use(self, result: ToolResult, context: ToolContext) -> ToolResult:
+        query = written_query(result.output) or context.task.prompt
         try:
             documents = await self.retriever(query[:390], self.top_k)
         except Exception as exc:  # a retrieval failure is the call's error, shown to the orchestrator
@@ -196,24 +207,20 @@ class PaperReasoningTool(PaperTool):
         super().__init__(*args, **kwargs)
         self.sandbox = sandbox
 
-    async def run(self, arguments: dict[str, Any], context: ToolContext) -> ToolResult:
-        resolved = self.resolve_label(arguments)
-        if isinstance(resolved, str):
-            return ToolResult(error=resolved)
-        label, model = resolved
-        prompt = f"{self.context(context).strip()}\n\nQuestion: {context.task.prompt}\n{CODE_INSTRUCTION}".lstrip()
-        result = await self.ask(label, model, [{"role": "user", "content": prompt}])
-        if result.error:
-            return result
+    def prompt(self, context: ToolContext) -> str:
+        return f"{self.context(context).strip()}\n\nQuestion: {context.task.prompt}\n{CODE_INSTRUCTION}"
+
+    async def use(self, result: ToolResult, context: ToolContext) -> ToolResult:
         code = written_code(result.output)
         if not code:
             result.output = "The model wrote no ```python block; nothing was run."
             result.meta = {"code": "", "code_output": ""}
             return result
+        started = time.perf_counter()
         ran = await self.sandbox.run({"code": code}, context)
         output = ran.output if ran.error is None else f"Error: {ran.error}"
         result.output = code_block(code, output).strip()
-        result.latency_s += ran.latency_s
+        result.latency_s += ran.latency_s or time.perf_counter() - started  # the run's seconds count too
         result.meta = {"code": code, "code_output": output}
         return result
 
@@ -222,15 +229,10 @@ class PaperAnswerTool(PaperTool):
     purpose = "The model used to answer"
     default_description = "Give the final answer. Not allowed to call if documents is empty."
 
-    async def run(self, arguments: dict[str, Any], context: ToolContext) -> ToolResult:
-        resolved = self.resolve_label(arguments)
-        if isinstance(resolved, str):
-            return ToolResult(error=resolved)
-        label, model = resolved
-        prompt = f"{self.context(context).strip()}\n\nProblem:\n{context.task.prompt}\n\n{ANSWER_INSTRUCTION}"
-        result = await self.ask(label, model, [{"role": "user", "content": prompt.lstrip()}])
-        if result.error:
-            return result
+    def prompt(self, context: ToolContext) -> str:
+        return f"{self.context(context).strip()}\n\nProblem:\n{context.task.prompt}\n\n{ANSWER_INSTRUCTION}"
+
+    async def use(self, result: ToolResult, context: ToolContext) -> ToolResult:
         answer = extracted_answer(result.output)
         result.final, result.answer = True, answer
         result.meta = {"attempt": answer, "response": result.output}
