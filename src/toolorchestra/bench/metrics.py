@@ -52,8 +52,7 @@ def summarize(trajectories: Sequence[Trajectory]) -> dict[str, Any]:
         "first_errors": _first_distinct(failures, MAX_FIRST_ERRORS),
         "scoring": dict(sorted(Counter(str(t.score_details.get("method", "none")) for t in trajectories).items())),
         "per_subtask": _per_subtask(trajectories),
-        "by_role": by_role(trajectories),
-        **_judging(trajectories),
+        **_live_accounting(trajectories),
     }
 
 
@@ -101,14 +100,16 @@ def by_role(trajectories: Sequence[Trajectory]) -> dict[str, dict[str, float]]:
     return dict(sorted(roles.items()))
 
 
-def _judging(trajectories: Sequence[Trajectory]) -> dict[str, Any]:
-    """For runs graded by a live world's judge (envs/live/judge.py): how each answer was judged, the questions
-    whose answer tool never ran, and the judge's own cost (apart from `cost_usd`, the episodes')."""
+def _live_accounting(trajectories: Sequence[Trajectory]) -> dict[str, Any]:
+    """For runs graded by a live world's judge (envs/live/judge.py): the paper's accounting by role, how each
+    answer was judged, the questions whose answer tool never ran, and the judge's own cost (apart from
+    `cost_usd`, the episodes'). Other runs keep the fields they had (their committed metrics stay comparable)."""
     verdicts = [t.score_details["judge"] for t in trajectories if isinstance(t.score_details.get("judge"), dict)]
     if not verdicts:
         return {}
     outcomes = Counter(f"{v.get('method')}:{'correct' if v.get('correct') else 'incorrect'}" for v in verdicts)
     return {
+        "by_role": by_role(trajectories),
         "judge": {
             "verdicts": dict(sorted(outcomes.items())),
             "llm_calls": sum(1 for v in verdicts if v.get("judge_model")),
