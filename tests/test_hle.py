@@ -186,6 +186,7 @@ def test_hle_run_through_an_openai_endpoint_judges_accounts_and_records_a_replay
     metrics = json.loads((out / "metrics.json").read_text())
     assert (metrics["n"], metrics["correct"], metrics["errors"], metrics["no_answer"]) == (2, 1, 0, 0)
     assert metrics["judge"]["verdicts"] == {"exact:correct": 1, "llm_judge:incorrect": 1}
+    assert metrics["judge"]["mode"] == ["match, then LLM judge expert"]
     assert metrics["judge"]["llm_calls"] == 1 and metrics["judge"]["cost_usd"] == pytest.approx(100 * 1.25e-6 + 10 * 1e-5)
     roles = metrics["by_role"]
     assert roles["orchestrator"]["calls"] == 4 and roles["tool:search"]["calls"] == 2
@@ -239,6 +240,7 @@ def test_judge_none_says_so_and_matches_only(tmp_path, fake_vllm, isolated_cache
                                                   "answer_type": "multipleChoice"}, "--judge", "none")
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["judge"]["verdicts"] == {"option_letter:incorrect": 1} and metrics["judge"]["llm_calls"] == 0
+    assert metrics["judge"]["mode"] == ["match only (--judge none)"]
     assert "judge" not in metrics["by_role"]
 
 

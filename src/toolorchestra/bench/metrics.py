@@ -111,6 +111,7 @@ def _live_accounting(trajectories: Sequence[Trajectory]) -> dict[str, Any]:
     return {
         "by_role": by_role(trajectories),
         "judge": {
+            "mode": sorted({str(v.get("judged_by", "")) for v in verdicts}),
             "verdicts": dict(sorted(outcomes.items())),
             "llm_calls": sum(1 for v in verdicts if v.get("judge_model")),
             "cost_usd": sum(float(v.get("cost_usd", 0.0)) for v in verdicts),

@@ -118,7 +118,7 @@ class LiveQAEnv(Env):
             await self._record(task, trajectory, verdict.correct)
         details: dict[str, Any] = {
             "method": verdict.method,
-            "judge": verdict.record(),
+            "judge": {**verdict.record(), "judged_by": self.judge.method},
             "gold": task.gold,
             "answer_type": task.meta.get("answer_type"),
         }
