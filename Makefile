@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint bench clean
+.PHONY: setup demo test test-live lint bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -25,6 +25,10 @@ demo: setup
 test: setup lint
 	bash scripts/ensure_chromium.sh
 	$(BIN)/python -m pytest -q -ra
+
+# The offline HLE/FRAMES pipeline at full size (30 + 5 questions, ~11 min on 2 cores); `make test` runs 3 + 1.
+test-live: setup
+	TOOLORCHESTRA_LIVE_FULL=1 $(BIN)/python -m pytest -q -ra tests/test_hle_offline.py
 
 # Static checks on src/ (part of `make test`): ruff lint and format, and mypy; each must report nothing.
 lint: setup

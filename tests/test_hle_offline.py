@@ -1,12 +1,19 @@
-"""Offline end to end: the 30 HLE questions and 5 FRAMES questions with the embedded SmolLM2 as orchestrator,
-every expert and the judge, all behind a real `toolorchestra serve` on 127.0.0.1, with BM25 over the shared
-Wikipedia passages and code run in our sandbox. Scores are near 0; what is checked is the pipeline: every
-question ends scored (answered or counted as unanswered), each of the three tools runs somewhere in the run,
-the judge's verdicts and costs are reported by role, and the bought answers form a replay world."""
+"""Offline end to end: HLE and FRAMES questions with the embedded SmolLM2 as orchestrator, every expert and the
+judge, all behind a real `toolorchestra serve` on 127.0.0.1, with BM25 over the shared Wikipedia passages and
+code run in our sandbox. Scores are near 0; what is checked is the pipeline: every question ends scored, each of
+the three tools runs somewhere in the run, the judge's verdicts and costs are reported by role, and the bought
+answers form a replay world.
+
+Sized for `make test`: 3 short HLE questions, on which SmolLM2 (greedy) opens with search, enhance_reasoning and
+answer respectively, and 1 FRAMES question, about a minute and a half on 2 CPU cores. `make test-live`
+(TOOLORCHESTRA_LIVE_FULL=1) runs all 30 HLE questions and 5 FRAMES questions, about 11 minutes: SmolLM2 is
+prefilled at ~100 tokens/s here, and a question costs ~2,000 prompt tokens over its orchestrator turns, tool
+calls and judge."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +22,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
+FULL = bool(os.environ.get("TOOLORCHESTRA_LIVE_FULL"))
+SHORT_HLE = "6721a42269600ecb23a3e623,670e9b885d472377f6c572a2,66ecd3c6e8b95a8f971fb485"  # 1st, 7th, 24th lines
+HLE_TASKS = ("--limit", "30") if FULL else ("--task-ids", SHORT_HLE)
+HLE_QUESTIONS, FRAMES_QUESTIONS = (30, 5) if FULL else (3, 1)
 
 
 def _cli(*args: str, timeout: int = 1200) -> subprocess.CompletedProcess[str]:
@@ -71,10 +82,10 @@ def _run(env: str, out: Path, config: Path, *extra: str) -> dict:
 
 def test_hle_and_frames_live_offline_behind_serve(served_smollm2, shared_data, tmp_path):
     config = _client_catalog(tmp_path, served_smollm2, shared_data)
-    hle = _run("hle", tmp_path / "hle", config)
-    frames = _run("frames-live", tmp_path / "frames", config, "--limit", "5")
+    hle = _run("hle", tmp_path / "hle", config, *HLE_TASKS)
+    frames = _run("frames-live", tmp_path / "frames", config, "--limit", str(FRAMES_QUESTIONS))
 
-    assert (hle["n"], hle["errors"], frames["n"], frames["errors"]) == (30, 0, 5, 0)
+    assert (hle["n"], hle["errors"], frames["n"], frames["errors"]) == (HLE_QUESTIONS, 0, FRAMES_QUESTIONS, 0)
     calls = {tool: hle["calls_per_tool"].get(tool, 0) + frames["calls_per_tool"].get(tool, 0)
              for tool in ("search", "enhance_reasoning", "answer")}
     assert all(calls.values()), calls
