@@ -498,6 +498,33 @@ async def test_smollm2_guided_completion_is_a_valid_tool_call(smollm2: LocalBack
 
 
 @pytest.mark.slow
+def test_smollm2_cannot_end_a_guided_turn_before_its_call(smollm2: LocalBackend) -> None:
+    """SmolLM2's GGUF names <|im_start|> its EOS while its turns end at <|im_end|>. Every id that ends
+    generation must be a stop token to the grammar, or the free reasoning may write <|im_end|> and the
+    turn ends with no call (seen on the live HLE world: 'The tool you are referring to is a web
+    enhancement.<|im_end|>')."""
+    import xgrammar as xgr
+
+    loaded = smollm2.loaded
+    stops = loaded.eos_ids()
+    assert len(stops) >= 2  # the case this guards: the tokenizer's EOS is not the only stop
+    grammar = loaded.grammars.get(TOOLS, 256, 64)
+    matcher = xgr.GrammarMatcher(grammar)
+    vocab = loaded.model.config.vocab_size
+    bitmask = xgr.allocate_token_bitmask(1, vocab)
+    tokenizer = loaded.tokenizer
+    for text in ["The tool you are referring to", " is a web enhancement."]:
+        assert matcher.accept_string(text)
+        matcher.fill_next_token_bitmask(bitmask, 0)
+        allowed = xgr.testing.bitmask_to_bool_mask(bitmask, vocab)[0]
+        assert not any(bool(allowed[i]) for i in stops), [tokenizer.convert_ids_to_tokens(i) for i in stops]
+    assert matcher.accept_string(tagged('{"name": "answer", "arguments": {"answer": "4"}}'))
+    matcher.fill_next_token_bitmask(bitmask, 0)
+    allowed = xgr.testing.bitmask_to_bool_mask(bitmask, vocab)[0]
+    assert all(bool(allowed[i]) for i in stops)  # after the call, any of them ends the turn
+
+
+@pytest.mark.slow
 async def test_smollm2_batches_three_concurrent_requests(smollm2: LocalBackend,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     sizes = count_generate_calls(smollm2, monkeypatch)

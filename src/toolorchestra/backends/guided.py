@@ -293,8 +293,12 @@ class GrammarError(ValueError):
 class ToolCallGrammars:
     """Compiled tool-call grammars of one tokenizer, the GRAMMARS_KEPT most recent cached per (tool set, budget)."""
 
-    def __init__(self, tokenizer: Any, vocab_size: int) -> None:
-        info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size)
+    def __init__(self, tokenizer: Any, vocab_size: int, stop_ids: set[int] | None = None) -> None:
+        # Every id that ends generation must be a stop token to xgrammar too: one it does not know as such
+        # (SmolLM2's GGUF names <|im_start|> its EOS, while generation stops at <|im_end|>) is plain text
+        # to the grammar, allowed in the free reasoning and in strings, and so ends the turn before its call.
+        stops = sorted(stop_ids) if stop_ids else None
+        info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size, stop_token_ids=stops)
         self._compiler = xgr.GrammarCompiler(info, cache_enabled=False)  # the cache below is the bounded one
         self._cache: OrderedDict[str, xgr.CompiledGrammar] = OrderedDict()
         self._lock = threading.Lock()

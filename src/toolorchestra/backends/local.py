@@ -374,7 +374,7 @@ class _LoadedModel:
             if self._grammars is None:
                 from toolorchestra.backends.guided import ToolCallGrammars
 
-                self._grammars = ToolCallGrammars(self.tokenizer, self.model.config.vocab_size)
+                self._grammars = ToolCallGrammars(self.tokenizer, self.model.config.vocab_size, self.eos_ids())
             return self._grammars
 
     def eos_ids(self) -> set[int]:
