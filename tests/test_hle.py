@@ -342,3 +342,49 @@ def test_the_last_turn_offers_only_the_answer_tool(tmp_path, fake_vllm, isolated
     (trajectory,) = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
     assert trajectory["stop_reason"] == "answer" and trajectory["correct"] is True
     assert trajectory["steps"][0]["error"].startswith("call 1 (search) skipped: unknown tool; offered: ['answer']")
+
+
+@pytest.fixture
+def fake_stuck_orchestrator():
+    """FAKE vLLM (unit-test stand-in): the orchestrator calls `answer` on questions about France and writes no
+    call at all on any other; the expert answers Paris."""
+    app, requests = FastAPI(), []
+
+    @app.post("/v1/chat/completions")
+    async def complete(request: Request) -> dict[str, Any]:
+        body = await request.json()
+        requests.append(body)
+        prompt = body["messages"][-1]["content"]
+        text = "<answer>Paris</answer>"
+        if body.get("tools"):
+            text = ('<tool_call>\n{"name": "answer", "arguments": {"model": "answer-1"}}\n</tool_call>'
+                    if "France" in prompt else "I am not sure which tool to use.")
+        return {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
+                "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}],
+                "usage": {"prompt_tokens": 50, "completion_tokens": 8, "total_tokens": 58}}
+
+    with ServerThread(app) as server:
+        server.requests = requests
+        yield server
+
+
+def test_a_question_whose_answer_tool_never_runs_is_counted_not_crashed(tmp_path, fake_stuck_orchestrator,
+                                                                       isolated_cache):
+    questions = tmp_path / "hle.jsonl"
+    questions.write_text("\n".join(json.dumps(row) for row in [
+        {"id": "q1", "question": "What is the capital of France?", "answer": "Paris", "answer_type": "exactMatch"},
+        {"id": "q2", "question": "What is the capital of Italy?", "answer": "Rome", "answer_type": "exactMatch"},
+    ]) + "\n")
+    config = _catalog(tmp_path, fake_stuck_orchestrator.base_url, _corpus(tmp_path))
+    out = tmp_path / "run"
+    result = _cli("eval", "--env", f"hle:{questions}", "--config", str(config), "--out", str(out), "--no-progress",
+                  "--max-turns", "2")
+    assert result.returncode == 0, result.stderr[-3000:]
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert (metrics["n"], metrics["correct"], metrics["errors"], metrics["no_answer"]) == (2, 1, 0, 1)
+    assert metrics["stop_reasons"] == {"answer": 1, "max_turns": 1} and metrics["judge"]["llm_calls"] == 0
+    stuck = next(json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()
+                 if json.loads(line)["task_id"] == "q2")
+    assert stuck["score_details"]["no_answer"] is True and stuck["correct"] is False
+    italy = [body for body in fake_stuck_orchestrator.requests if "Italy" in body["messages"][-1]["content"]]
+    assert len(italy) == 2  # two orchestrator turns, no tool and no judge call
