@@ -448,6 +448,51 @@ def test_reasoning_comes_before_the_call_and_cannot_open_a_tag_early(grammars: A
     assert not accepts(grammar, call + " and more")
 
 
+ROUTE: list[dict[str, Any]] = [{"type": "function", "function": {
+    "name": "answer", "description": "Name the model that answers.",
+    "parameters": {"type": "object", "properties": {
+        "model": {"type": "string", "enum": ["gpt-4", "gpt-3.5", "mixtral-8x7b", "yi-34b", "llama-70b"]}},
+        "required": ["model"]}}}]
+
+
+def count_forward_passes(backend: LocalBackend) -> tuple[list[int], Any]:
+    """Forward passes of the backend's model from now on (a hook; remove the handle after use)."""
+    passes: list[int] = []
+    handle = backend.loaded.model.register_forward_hook(lambda *_: passes.append(1))
+    return passes, handle
+
+
+@pytest.mark.parametrize(("tools", "max_tokens"), [(ROUTE, 80), (ROUTE, 40), (TOOLS, 160), (TOOLS, 300), (ROUTE, 12)])
+def test_jump_forward_decodes_the_same_tokens_in_fewer_passes(tiny_dir: Path, tools: list[dict[str, Any]],
+                                                             max_tokens: int) -> None:
+    """Greedy guided decoding with jump-forward gives what plain decoding gives, token for token (text, call,
+    token count), for calls that start at once (a router's), calls after free reasoning and a budget too small
+    for the call (the tiny tokenizer needs ~52 tokens for a ROUTE call: 40 and 12 cut it); and forced text costs
+    fewer forward passes."""
+    plain = LocalBackend(LocalBackendSpec(path=str(tiny_dir), jump_forward=False))
+    jumping = LocalBackend(LocalBackendSpec(path=str(tiny_dir), jump_forward=True))
+    questions = [f"Task {i}: which model should answer '{'why ' * i}is the sky blue'?" for i in range(4)]
+    outputs, passes = {}, {}
+    for name, backend in (("plain", plain), ("jump", jumping)):
+        counted, handle = count_forward_passes(backend)
+        try:
+            outputs[name] = [backend.generate_batch([conversation(q)], tools, max_tokens=max_tokens)[0]
+                             for q in questions]
+        finally:
+            handle.remove()
+        passes[name] = len(counted)
+
+    def key(completion: Any) -> tuple[Any, ...]:
+        return (completion.text, [(c.name, c.arguments) for c in completion.tool_calls], completion.call_errors,
+                completion.usage.completion_tokens)
+
+    assert [key(c) for c in outputs["jump"]] == [key(c) for c in outputs["plain"]]
+    if max_tokens >= 80:
+        assert all(c.tool_calls for c in outputs["jump"])
+    if tools is ROUTE and max_tokens == 80:  # a routing call: forced text, and the last call's text as a guess
+        assert passes["jump"] * 3 <= passes["plain"], passes
+
+
 def test_budget_leaves_room_for_the_call() -> None:
     from toolorchestra.backends.guided import MIN_STRING_CHARS, CallBudget
 
@@ -554,3 +599,13 @@ def test_rows_over_different_catalogs_are_generated_apart() -> None:
     long_c = [8] + long_a[1:]
     rows = [_Prepared(None, ids, False) for ids in (long_a, long_b, long_a + [9], [1, 2], [5], long_b + [4], long_c)]
     assert _prefix_groups(rows) == [[0, 2], [1, 5], [3, 4, 6]]
+
+
+def test_jump_forward_guesses_the_rest_of_the_last_call() -> None:
+    from toolorchestra.backends.jump_forward import continuation
+
+    previous = '<tool_call>\n{"name": "answer", "arguments": {"model": "gpt-4"}}\n</tool_call>'
+    assert continuation(previous, "<tool_call>\n{") == '"name": "answer", "arguments": {"model": "gpt-4"}}\n</tool_call>'
+    # another label: the guess resumes after the label's closing quote
+    assert continuation(previous, '<tool_call>\n{"name": "answer", "arguments": {"model": "yi-34b"') == "}}\n</tool_call>"
+    assert continuation(previous, "") == "" and continuation("", "<tool_call>") == ""

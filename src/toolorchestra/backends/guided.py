@@ -74,6 +74,11 @@ class CallBudget:
         return cls(reasoning, max(MIN_STRING_CHARS, min(MAX_STRING_CHARS, spare - reasoning)))
 
 
+def reasoning_budget(tools: list[dict[str, Any]], max_tokens: int, reasoning_tokens: int) -> int:
+    """Tokens of free reasoning a guided turn over `tools` may write before its call (0: the call starts at once)."""
+    return CallBudget.plan(max_tokens, reasoning_tokens, skeleton_chars(tools)).reasoning_tokens
+
+
 def _function(tool: dict[str, Any]) -> dict[str, Any]:
     return tool["function"] if tool.get("type") == "function" and "function" in tool else tool
 

@@ -363,6 +363,7 @@ class _LoadedModel:
         self.lock = threading.Lock()
         self._grammars: ToolCallGrammars | None = None
         self._grammars_lock = threading.Lock()
+        self.call_drafts: Any = None  # jump_forward.CallDrafts, made on first use (it imports xgrammar)
 
     @property
     def device(self) -> Any:
@@ -547,12 +548,28 @@ class LocalBackend(Backend):
         prepared = [self._prepare(loaded, request) for request in requests]
         generated: dict[int, list[int]] = {}
         with loaded.lock:
-            for group in _prefix_groups(prepared) if loaded.prefix_cache is not None else [list(range(len(prepared)))]:
-                rows = _generate(
-                    loaded, [prepared[index] for index in group], self.reasoning_tokens, requests[0].sampling
-                )
-                generated.update(zip(group, rows, strict=True))
+            for index, item in enumerate(prepared):
+                if self._jumps_forward(loaded, item, len(prepared)):
+                    generated[index] = _jump_forward(loaded, item, self.reasoning_tokens)
+            batched = [index for index in range(len(prepared)) if index not in generated]
+            rows_of = [prepared[index] for index in batched]
+            groups = _prefix_groups(rows_of) if loaded.prefix_cache is not None else [list(range(len(rows_of)))]
+            for group in groups if batched else []:
+                rows = _generate(loaded, [rows_of[i] for i in group], self.reasoning_tokens, requests[0].sampling)
+                generated.update(zip([batched[i] for i in group], rows, strict=True))
         return [self._completion(loaded, item, generated[index]) for index, item in enumerate(prepared)]
+
+    def _jumps_forward(self, loaded: _LoadedModel, item: _Prepared, batch_size: int) -> bool:
+        """Whether a row is decoded alone with jump-forward: a greedy guided row that is alone, or whose call
+        starts at once (no free reasoning in its budget), where forced text is most of what it writes and a
+        few passes of its own beat a batched pass per token."""
+        if not (self.spec.jump_forward and item.guided) or item.request.sampling.do_sample:
+            return False
+        if batch_size == 1:
+            return True
+        from toolorchestra.backends.guided import reasoning_budget
+
+        return reasoning_budget(item.request.tools or [], item.request.max_tokens, self.reasoning_tokens) == 0
 
     def _prepare(self, loaded: _LoadedModel, request: _Request) -> _Prepared:
         plain = to_plain_messages(request.messages, request.tools)
@@ -670,6 +687,38 @@ def _generate(
         )
     eos_ids = loaded.eos_ids()
     return [_until_eos(row[width:].tolist(), eos_ids, limit) for row, limit in zip(output, limits, strict=True)]
+
+
+def _jump_forward(loaded: _LoadedModel, item: _Prepared, reasoning_tokens: int) -> list[int]:
+    """One greedy guided row, decoded with jump-forward (backends/jump_forward.py), its prompt's shared prefix
+    read from the prefix cache."""
+    from toolorchestra.backends.jump_forward import CallDrafts, greedy_guided_decode
+
+    tokenizer, model = loaded.tokenizer, loaded.model
+    request = item.request
+    grammar = loaded.grammars.get(request.tools or [], request.max_tokens, reasoning_tokens)
+    if loaded.call_drafts is None:
+        loaded.call_drafts = CallDrafts()
+    cache, cached_tokens = None, 0
+    if loaded.prefix_cache is not None:
+        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        layout = loaded.prefix_cache.layout(model, [item.prompt_ids], pad_id)
+        if layout is not None:  # one row: [cached prefix][own suffix], no padding
+            cache = layout[2]
+            cached_tokens = cache.get_seq_length()
+    generated = greedy_guided_decode(
+        model,
+        tokenizer,
+        grammar,
+        item.prompt_ids,
+        request.max_tokens,
+        loaded.grammars.closing_ids,
+        cache=cache,
+        cached_tokens=cached_tokens,
+        cancelled=request.cancelled,
+        drafts=loaded.call_drafts,
+    )
+    return _until_eos(generated, loaded.eos_ids(), request.max_tokens)
 
 
 def _until_eos(ids: list[int], eos_ids: set[int], limit: int) -> list[int]:

@@ -73,6 +73,11 @@ class LocalBackendSpec(_Strict):
     device: str = "cpu"
     max_batch_size: int = Field(8, ge=1)
     guided_tool_calls: bool = Field(True, description="constrain tool calls to the tools' JSON schemas with xgrammar")
+    jump_forward: bool = Field(
+        True,
+        description="greedy guided calls: decode the text the grammar forces in one forward pass, checked token by "
+        "token (backends/jump_forward.py); the same tokens as plain decoding",
+    )
 
 
 class ReplayBackendSpec(_Strict):
