@@ -66,36 +66,44 @@ def _corpus(tmp_path: Path) -> Path:
     return corpus
 
 
-@pytest.fixture
-def fake_vllm():
-    """FAKE vLLM (unit-test stand-in): the orchestrator writes three Hermes calls on its first turn (an invalid
-    label, a valid search, an answer), then answers; experts reply in the tags the paper's tools ask for."""
+def _fake_server(reply):
+    """A FAKE OpenAI-compatible server (unit-test stand-in) on 127.0.0.1 whose every reply's text is
+    `reply(body, last message)`; it keeps the request bodies it got in `.requests`."""
     app, requests = FastAPI(), []
 
     @app.post("/v1/chat/completions")
     async def complete(request: Request) -> dict[str, Any]:
         body = await request.json()
         requests.append(body)
-        prompt = body["messages"][-1]["content"]
-        if body.get("tools"):
-            if "Documents:" in prompt:
-                text = '<tool_call>\n{"name": "answer", "arguments": {"model": "answer-1"}}\n</tool_call>'
-            else:
-                text = "I should search first.\n" + "".join(
-                    f'<tool_call>\n{{"name": "{name}", "arguments": {{"model": "{label}"}}}}\n</tool_call>\n'
-                    for name, label in (("search", "search-9"), ("search", "search-2"), ("answer", "answer-1")))
-        elif "<query>" in prompt:
-            text = "<query>capital of France</query>"
-        elif "<correct>" in prompt:
-            text = "<correct>False</correct>"
-        else:
-            text = "<think>The documents say so.</think>\n<answer>Paris</answer>"
+        text = reply(body, body["messages"][-1]["content"])
         return {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
                 "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}],
                 "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110}}
 
-    with ServerThread(app) as server:
-        server.requests = requests
+    server = ServerThread(app)
+    server.requests = requests
+    return server
+
+
+@pytest.fixture
+def fake_vllm():
+    """FAKE vLLM (unit-test stand-in): the orchestrator writes three Hermes calls on its first turn (an invalid
+    label, a valid search, an answer), then answers; experts reply in the tags the paper's tools ask for."""
+
+    def reply(body: dict[str, Any], prompt: str) -> str:
+        if body.get("tools"):
+            if "Documents:" in prompt:
+                return '<tool_call>\n{"name": "answer", "arguments": {"model": "answer-1"}}\n</tool_call>'
+            return "I should search first.\n" + "".join(
+                f'<tool_call>\n{{"name": "{name}", "arguments": {{"model": "{label}"}}}}\n</tool_call>\n'
+                for name, label in (("search", "search-9"), ("search", "search-2"), ("answer", "answer-1")))
+        if "<query>" in prompt:
+            return "<query>capital of France</query>"
+        if "<correct>" in prompt:
+            return "<correct>False</correct>"
+        return "<think>The documents say so.</think>\n<answer>Paris</answer>"
+
+    with _fake_server(reply) as server:
         yield server
 
 
@@ -348,23 +356,15 @@ def test_the_last_turn_offers_only_the_answer_tool(tmp_path, fake_vllm, isolated
 def fake_stuck_orchestrator():
     """FAKE vLLM (unit-test stand-in): the orchestrator calls `answer` on questions about France and writes no
     call at all on any other; the expert answers Paris."""
-    app, requests = FastAPI(), []
 
-    @app.post("/v1/chat/completions")
-    async def complete(request: Request) -> dict[str, Any]:
-        body = await request.json()
-        requests.append(body)
-        prompt = body["messages"][-1]["content"]
-        text = "<answer>Paris</answer>"
-        if body.get("tools"):
-            text = ('<tool_call>\n{"name": "answer", "arguments": {"model": "answer-1"}}\n</tool_call>'
-                    if "France" in prompt else "I am not sure which tool to use.")
-        return {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
-                "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}],
-                "usage": {"prompt_tokens": 50, "completion_tokens": 8, "total_tokens": 58}}
+    def reply(body: dict[str, Any], prompt: str) -> str:
+        if not body.get("tools"):
+            return "<answer>Paris</answer>"
+        if "France" in prompt:
+            return '<tool_call>\n{"name": "answer", "arguments": {"model": "answer-1"}}\n</tool_call>'
+        return "I am not sure which tool to use."
 
-    with ServerThread(app) as server:
-        server.requests = requests
+    with _fake_server(reply) as server:
         yield server
 
 
