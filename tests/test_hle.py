@@ -203,7 +203,7 @@ def test_hle_run_through_an_openai_endpoint_judges_accounts_and_records_a_replay
     assert metrics["cost_usd"] == pytest.approx(sum(roles[r]["cost_usd"] for r in ("orchestrator", "tool:search", "tool:answer")))
 
     trajectories = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
-    first = trajectories[0]
+    first = next(t for t in trajectories if t["task_id"] == "q1")  # episodes end in any order
     assert first["steps"][0]["error"] == (
         "call 1 (search) skipped: model 'search-9' is not one of ['search-1', 'search-2']; "
         "call 3 (answer) skipped: only the first valid call of a turn runs")
