@@ -349,6 +349,16 @@ def close_reserve(limit: int) -> int:
     return max(8, min(CLOSE_RESERVE_TOKENS, limit // 4))
 
 
+def keep_closing_near_limit(scores: torch.Tensor, row: int, limit: int, generated: int, closing: torch.Tensor) -> None:
+    """Within a row's last close_reserve(limit) tokens, if the grammar allows any closing token, allow only those."""
+    if limit - generated > close_reserve(limit):
+        return
+    kept = scores[row, closing]
+    if torch.isfinite(kept).any():
+        scores[row].fill_(float("-inf"))
+        scores[row, closing] = kept
+
+
 def closing_token_ids(tokenizer: Any, vocab_size: int) -> torch.Tensor:
     """Ids of tokens made only of closing JSON punctuation (`"`, `}`, `]`) and spaces."""
     closing = set('"}] \n')
@@ -408,12 +418,7 @@ class GuidedLogitsProcessor(transformers.LogitsProcessor):
             return
         closing = self.closing_ids.to(scores.device)
         for row in rows:
-            if self.limits[row] - generated > close_reserve(self.limits[row]):
-                continue
-            kept = scores[row, closing]
-            if torch.isfinite(kept).any():
-                scores[row].fill_(float("-inf"))
-                scores[row, closing] = kept
+            keep_closing_near_limit(scores, row, self.limits[row], generated, closing)
 
     def _accept(self, last_tokens: list[int]) -> None:
         for row, matcher in enumerate(self.matchers):

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 import xgrammar as xgr
 
-from toolorchestra.backends.guided import close_reserve
+from toolorchestra.backends.guided import keep_closing_near_limit
 
 MAX_DRAFT_TOKENS = 64  # a longer guess costs more in a pass than it is likely to save
 MATCH_CHARS = 32  # the longest end of the text so far looked up in the last call
@@ -157,10 +157,6 @@ def _pick(
     scores = logits.unsqueeze(0).clone()
     matcher.fill_next_token_bitmask(bitmask, 0)
     xgr.apply_token_bitmask_inplace(scores, bitmask.to(scores.device))
-    if limit - generated <= close_reserve(limit) and len(closing_ids):
-        closing = closing_ids.to(scores.device)
-        kept = scores[0, closing]
-        if torch.isfinite(kept).any():
-            scores[0].fill_(float("-inf"))
-            scores[0, closing] = kept
+    if len(closing_ids):
+        keep_closing_near_limit(scores, 0, limit, generated, closing_ids.to(scores.device))
     return int(scores[0].argmax())
