@@ -15,6 +15,7 @@ transformers and xgrammar are imported inside functions: importing this module s
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import importlib.util
 import json
@@ -257,6 +258,9 @@ def cpu_grouped_attention() -> str:
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
     def grouped(module: Any, query: Any, key: Any, value: Any, attention_mask: Any, **kwargs: Any) -> Any:
+        packed = kwargs.get("packed_rows")  # a pass of the continuous decoder (backends/continuous.py)
+        if packed is not None:
+            return packed.attend(module.layer_idx, query, key, value, kwargs.get("scaling") or module.scaling), None
         groups = getattr(module, "num_key_value_groups", 1)
         if groups == 1 or module.training:  # nothing to share, or training: the stock path
             return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
@@ -364,6 +368,24 @@ class _LoadedModel:
         self._grammars: ToolCallGrammars | None = None
         self._grammars_lock = threading.Lock()
         self.call_drafts: Any = None  # jump_forward.CallDrafts, made on first use (it imports xgrammar)
+        self.episode_kv: Any = None  # continuous.EpisodeKV, made on first use
+        self.decode_stats: Any = None  # continuous.DecodeStats of every continuous pass on these weights
+
+    def continuous_state(self, budget_bytes: int) -> tuple[Any, Any, Any]:
+        """(EpisodeKV, DecodeStats, CallDrafts) of the continuous decoder, made on first use."""
+        from toolorchestra.backends.continuous import DecodeStats, EpisodeKV
+        from toolorchestra.backends.jump_forward import CallDrafts
+
+        if self.episode_kv is None:
+            self.episode_kv, self.decode_stats = EpisodeKV(budget_bytes), DecodeStats()
+        if self.call_drafts is None:
+            self.call_drafts = CallDrafts()
+        return self.episode_kv, self.decode_stats, self.call_drafts
+
+    def decodes_continuously(self) -> bool:
+        """Whether the continuous decoder can run here: frozen weights and the CPU attention it hooks into."""
+        implementation = getattr(self.model.config, "_attn_implementation", None)
+        return self.prefix_cache is not None and implementation == CPU_ATTENTION
 
     @property
     def device(self) -> Any:
@@ -403,6 +425,20 @@ class _LoopBatcher:
     def __init__(self) -> None:
         self.pending: list[_Request] = []
         self.drainer: asyncio.Task[None] | None = None
+        self.lock = threading.Lock()  # pending is also read by the continuous decoder's thread
+
+    def take(self, wanted: Any, most: int | None = None) -> list[_Request]:
+        """Remove and return the pending requests `wanted(request)` accepts, at most `most`, in order."""
+        with self.lock:
+            taken: list[_Request] = []
+            kept: list[_Request] = []
+            for request in self.pending:
+                if wanted(request) and (most is None or len(taken) < most):
+                    taken.append(request)
+                else:
+                    kept.append(request)
+            self.pending = kept
+        return taken
 
 
 class LocalBackend(Backend):
@@ -489,7 +525,8 @@ class LocalBackend(Backend):
         request = _Request(messages, tools, _check_max_tokens(max_tokens), SamplingKey.of(temperature, top_p, seed))
         request.future = loop.create_future()
         batcher = self._batchers.setdefault(loop, _LoopBatcher())
-        batcher.pending.append(request)
+        with batcher.lock:
+            batcher.pending.append(request)
         if batcher.drainer is None or batcher.drainer.done():
             batcher.drainer = loop.create_task(self._drain(batcher))
         return await request.future
@@ -499,7 +536,10 @@ class LocalBackend(Backend):
         batch runs form the next one."""
         await asyncio.sleep(BATCH_WINDOW_S)
         while batcher.pending:
-            taken, batcher.pending = batcher.pending, []
+            continuous = batcher.take(self._continuous)
+            if continuous:  # greedy rows: decoded together, joined by those that arrive meanwhile
+                await asyncio.to_thread(self._run_continuous, continuous, batcher, asyncio.get_running_loop())
+            taken = batcher.take(lambda request: not self._continuous(request))  # greedy ones wait for the next pass
             for chunk in self._chunks(taken):
                 live = [r for r in chunk if r.future is not None and not r.future.done()]
                 if not live:
@@ -512,6 +552,73 @@ class LocalBackend(Backend):
                     continue
                 for request, completion in zip(live, completions, strict=True):
                     _settle(request, completion=completion)
+
+    def _continuous(self, request: _Request) -> bool:
+        """Whether a request goes to the continuous decoder: greedy, and the spec and the model allow it."""
+        if not self.spec.continuous_batching or request.sampling.do_sample or request.cancelled():
+            return False
+        # not loaded yet: the worker thread loads it (never the event loop) and falls back if it cannot
+        return self._loaded is None or self._loaded.decodes_continuously()
+
+    def _run_continuous(self, requests: list[_Request], batcher: _LoopBatcher, loop: asyncio.AbstractEventLoop) -> None:
+        """Decode `requests` with the continuous decoder, taking greedy requests that arrive meanwhile into free
+        rows; each caller is answered as its row ends."""
+        from toolorchestra.backends.continuous import ContinuousDecoder, RowSpec
+
+        loaded = self.loaded
+        if not loaded.decodes_continuously():  # e.g. a CUDA model: the batched path
+            for chunk in self._chunks(requests):
+                try:
+                    answers: list[Any] = self._run_chunk(chunk)
+                except Exception as error:
+                    answers = [error] * len(chunk)
+                for request, answer in zip(chunk, answers, strict=True):
+                    key = "exception" if isinstance(answer, Exception) else "completion"
+                    loop.call_soon_threadsafe(functools.partial(_settle, request, **{key: answer}))
+            return
+        episodes, stats, drafts = loaded.continuous_state(self.spec.kv_cache_mb * 2**20)
+        prepared: dict[int, _Prepared] = {}
+
+        def specs(taken: list[_Request]) -> list[RowSpec]:
+            rows = []
+            for request in taken:
+                try:
+                    item = self._prepare(loaded, request)
+                    grammar = (
+                        loaded.grammars.get(request.tools or [], request.max_tokens, self.reasoning_tokens)
+                        if item.guided
+                        else None
+                    )
+                except Exception as error:  # a bad tool schema fails its own request only
+                    loop.call_soon_threadsafe(functools.partial(_settle, request, exception=error))
+                    continue
+                row = RowSpec(item.prompt_ids, request.max_tokens, grammar, request.cancelled, self.spec.jump_forward)
+                prepared[id(row)] = item
+                rows.append(row)
+            return rows
+
+        def done(row: RowSpec, result: list[int] | BaseException) -> None:
+            item = prepared.pop(id(row))
+            if isinstance(result, BaseException):
+                settle = functools.partial(_settle, item.request, exception=result)
+            else:
+                generated = _until_eos(result, loaded.eos_ids(), item.request.max_tokens)
+                settle = functools.partial(_settle, item.request, completion=self._completion(loaded, item, generated))
+            loop.call_soon_threadsafe(settle)
+
+        with loaded.lock:
+            decoder = ContinuousDecoder(
+                loaded.model,
+                loaded.tokenizer,
+                loaded.prefix_cache,
+                episodes,
+                loaded.eos_ids(),
+                loaded.grammars.closing_ids,
+                drafts,
+                self.spec.max_batch_size,
+                stats,
+            )
+            decoder.run(specs(requests), lambda free: specs(batcher.take(self._continuous, free)), done)
 
     def _chunks(self, requests: list[_Request]) -> list[list[_Request]]:
         groups: dict[SamplingKey, list[_Request]] = {}

@@ -42,6 +42,8 @@ class PrefixCache:
         self._lock = threading.Lock()
         self.hits = 0
         self.tokens_saved = 0
+        self.tokens_computed = 0  # prefix tokens run through the model on a miss
+        self.attention_flops = 0  # of those runs' causal attention (scores and weighted sums)
 
     def layout(
         self, model: Any, prompts: Sequence[Sequence[int]], pad_id: int
@@ -71,6 +73,24 @@ class PrefixCache:
         )
         self.tokens_saved += shared * rows
         return torch.tensor(ids), torch.tensor(mask), cache
+
+    def longest_cached(self, prompt: Sequence[int]) -> tuple[int, list[tuple[torch.Tensor, torch.Tensor]]] | None:
+        """(length, per-layer views) of the longest cached start of `prompt`, at least MIN_SHARED_TOKENS and
+        at most all but its last token; None when no cached prefix starts it."""
+        best, layers = 0, None
+        with self._lock:
+            for key, entry in self._entries.items():
+                common = common_prefix_length((key, prompt[: len(prompt) - 1]))
+                if common > best:
+                    best, layers = common, entry
+            if layers is None or best < MIN_SHARED_TOKENS:
+                return None
+            self.hits += 1
+        return best, [(keys[:, :, :best], values[:, :, :best]) for keys, values in layers]
+
+    def shared_layers(self, model: Any, prefix: tuple[int, ...]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """The per-layer (keys, values) of `prefix`, each (1, kv_heads, length, dim), computed once and cached."""
+        return self._layers(model, prefix)
 
     def _layers(self, model: Any, prefix: tuple[int, ...]) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """The prefix's per-layer (keys, values). A miss reuses the longest start it shares with a cached
@@ -102,6 +122,11 @@ class PrefixCache:
                 config=model.config,
             )
         )
+        self.tokens_computed += len(prefix) - reused
+        config = model.config
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        per_pair = 2 * config.num_attention_heads * head_dim * config.num_hidden_layers
+        self.attention_flops += per_pair * (len(prefix) ** 2 - reused**2)
         with torch.inference_mode():
             model(
                 input_ids=torch.tensor([list(prefix[reused:])], device=model.device),

@@ -78,6 +78,12 @@ class LocalBackendSpec(_Strict):
         description="greedy guided calls: decode the text the grammar forces in one forward pass, checked token by "
         "token (backends/jump_forward.py); the same tokens as plain decoding",
     )
+    continuous_batching: bool = Field(
+        True,
+        description="greedy requests on a frozen CPU model: decode them together as they come and go, each "
+        "episode's KV kept between its turns and a shared prompt prefix read once (backends/continuous.py)",
+    )
+    kv_cache_mb: int = Field(3072, ge=0, description="memory for episodes' KV kept between turns (least recent out)")
 
 
 class ReplayBackendSpec(_Strict):

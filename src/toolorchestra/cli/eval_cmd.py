@@ -150,7 +150,10 @@ def eval_command(
         help="--ray: a Ray cluster to join (e.g. auto, or ray://HEAD:10001); default: start a local one.",
     ),
     task_ids: str | None = typer.Option(
-        None, "--task-ids", help="Only these comma-separated task ids (of --split; tau2: any split)."
+        None,
+        "--task-ids",
+        help="Only these comma-separated task ids (of --split; tau2: any split), or @FILE: one id per line "
+        "(e.g. @configs/eval/toolscale-test-200.txt).",
     ),
     num_trials: int = typer.Option(1, "--num-trials", help="tau2: trials per task (pass^k for k = 1..K)."),
     max_steps: int = typer.Option(200, "--max-steps", help="tau2: simulation step cap (tau2's max_steps)."),
@@ -216,7 +219,7 @@ def eval_command(
         split=split or "test",
         limit=limit,
         per_subtask=per_subtask,
-        task_ids=_names(task_ids),
+        task_ids=_task_ids(task_ids),
         concurrency=concurrency,
         seed=0 if seed is None else seed,
         data_dir=data_dir,
@@ -271,6 +274,23 @@ def _warn_unused_config(config: Path, policy: str) -> None:
     )
 
 
+def _task_ids(text: str | None) -> list[str] | None:
+    """--task-ids: comma-separated ids, or @FILE with one id per line (blank lines and # comments skipped)."""
+    if not text or not text.startswith("@"):
+        return _names(text)
+    from toolorchestra.errors import UserError
+
+    path = Path(text[1:])
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"--task-ids {text}: cannot read {path}: {exc.__class__.__name__}: {exc}") from None
+    ids = [line.split("#", 1)[0].strip() for line in lines]
+    if not any(ids):
+        raise UserError(f"--task-ids {text}: {path} lists no task ids (expected one per line)")
+    return [task_id for task_id in ids if task_id]
+
+
 def _names(text: str | None) -> list[str] | None:
     names = [name.strip() for name in (text or "").split(",") if name.strip()]
     return names or None
@@ -282,7 +302,7 @@ def _eval_tau2(*, env: str, out: Path, task_ids: str | None, progress: bool, **o
     from toolorchestra.integrations.tau2.run import Tau2EvalRequest, run_tau2_eval
 
     console = Console(highlight=False)
-    ids = [task_id.strip() for task_id in task_ids.split(",") if task_id.strip()] if task_ids else None
+    ids = _task_ids(task_ids)
     request = Tau2EvalRequest(env=env, out=out, task_ids=ids, **options)  # type: ignore[arg-type]
 
     def show(trajectory: Trajectory) -> None:
