@@ -149,7 +149,8 @@ def main() -> None:
         f"taken from caches ({from_prefix} shared prefix, {stats.prefill_from_episode} the episode's previous turn)"
     )
     print(
-        f"  new decode: {stats.decoded} tokens ({stats.drafted} confirmed drafts) in {stats.passes} passes, "
+        f"  new decode: {stats.decoded} tokens ({stats.drafted} confirmed drafts) in {stats.passes} passes "
+        f"of {stats.packed_tokens} packed tokens, "
         f"{new['generated'] / new['wall']:.1f} tokens/s generated"
     )
     print(

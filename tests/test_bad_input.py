@@ -217,3 +217,25 @@ def test_eval_reports_a_broken_config_the_policy_does_not_use(tmp_path: Path) ->
     result = cli(*args, "--config", str(valid), "--out", str(tmp_path / "b"))
     assert result.returncode == 0, result.stderr
     assert f"warning: --config {valid} is not used by --policy random" in result.stderr
+
+
+def test_task_ids_from_a_file(tmp_path: Path) -> None:
+    """--task-ids @FILE reads one id per line (# comment lines and blank lines skipped); a missing or empty file
+    is one clear error naming it."""
+    from conftest import SHARED_DATA
+    from toolorchestra.envs.registry import make_env
+
+    first, second = [task.id for task in make_env("replay:routerbench", SHARED_DATA).tasks("test")[:2]]
+    ids = tmp_path / "ids.txt"
+    ids.write_text(f"# two tasks (ids hold a '#' themselves)\n{first}\n\n  {second}  \n")
+    result = cli("eval", "--env", "replay:routerbench", "--policy", "random", "--task-ids", f"@{ids}",
+                 "--out", str(tmp_path / "run"), "--no-progress", "--data-dir", str(SHARED_DATA))
+    assert result.returncode == 0, result.stderr
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["n"] == 2
+    missing = cli("eval", "--env", "replay:routerbench", "--policy", "random", "--task-ids", f"@{tmp_path}/none.txt",
+                  "--out", str(tmp_path / "run2"), "--no-progress")
+    assert missing.returncode != 0 and "none.txt" in one_error_line(missing)
+    (tmp_path / "empty.txt").write_text("# nothing\n")
+    empty = cli("eval", "--env", "replay:routerbench", "--policy", "random", "--task-ids", f"@{tmp_path}/empty.txt",
+                "--out", str(tmp_path / "run3"), "--no-progress")
+    assert "lists no task ids" in one_error_line(empty)

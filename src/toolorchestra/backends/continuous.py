@@ -31,11 +31,12 @@ import numpy as np
 import torch
 import xgrammar as xgr
 
-from toolorchestra.backends.jump_forward import CallDrafts, _draft, _pick
+from toolorchestra.backends.jump_forward import MAX_DRAFT_TOKENS, CallDrafts, _draft, _pick
 
 PREFILL_CHUNK = 512  # prompt tokens a row feeds per pass: bounds the scores tensor of a long prompt
 PASS_TOKENS = 1024  # packed tokens per pass, beyond the rows that decode
 MIN_BUFFER = 256  # positions a row's KV buffer starts with; it doubles when full
+BATCH_GUESS_TOKENS = 8  # guessed tokens a row first drafts in a pass shared with other rows (then adapted)
 
 
 @dataclass(frozen=True)
@@ -168,6 +169,8 @@ class Row:
     matcher: xgr.GrammarMatcher | None
     bitmask: torch.Tensor | None
     generated: list[int] = field(default_factory=list)
+    guess_budget: int = BATCH_GUESS_TOKENS  # guessed tokens it may draft in a shared pass: doubled when all
+    forced_in_draft: int = 0  # of its current draft, the tokens its grammar forces (always confirmed)
     finished: bool = False
 
     @property
@@ -220,6 +223,7 @@ class PackedRows:
                 self.groups.append((row.prefix, index, index + 1))
         self.kv_bytes_read = 0
         self.attention_flops = 0
+        self._masks: dict[int, torch.Tensor] = {}
 
     def attend(self, layer: int, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scaling: float) -> Any:
         """Attention output (1, tokens, heads, dim) of the packed queries: each row's over its shared prefix,
@@ -233,6 +237,7 @@ class PackedRows:
         kv_heads = key.shape[1]
         groups = heads // kv_heads
         queries = query[0].reshape(kv_heads, groups, tokens, dim)  # query head h reads kv head h // groups
+        scaled = queries * scaling  # for the rows' own scores
         out = torch.empty_like(queries)
         for prefix, first, last in self.groups:
             begin, end = self.spans[first][0], self.spans[last - 1][1]
@@ -248,17 +253,22 @@ class PackedRows:
                 self.kv_bytes_read += 2 * keys.numel() * keys.element_size()
                 self.attention_flops += 4 * heads * dim * (end - begin) * keys.shape[1]
             for index in range(first, last):
-                self._attend_row(index, layer, queries, key, value, scaling, out, shared, begin)
+                self._attend_row(index, layer, scaled, key, value, out, shared, begin)
         return out.reshape(heads, tokens, dim).transpose(0, 1).unsqueeze(0)
+
+    def _future(self, size: int, device: Any) -> torch.Tensor:
+        """The (size, size) mask of later positions, made once per size and pass (every layer reuses it)."""
+        if size not in self._masks:
+            self._masks[size] = torch.ones(size, size, dtype=torch.bool, device=device).triu(1)
+        return self._masks[size]
 
     def _attend_row(
         self,
         index: int,
         layer: int,
-        queries: torch.Tensor,
+        scaled: torch.Tensor,
         key: torch.Tensor,
         value: torch.Tensor,
-        scaling: float,
         out: torch.Tensor,
         shared: tuple[torch.Tensor, torch.Tensor] | None,
         group_begin: int,
@@ -271,11 +281,10 @@ class PackedRows:
         own_values[:, start : start + fed] = value[0, :, a:b]
         seen_keys, seen_values = own_keys[:, : start + fed], own_values[:, : start + fed]
         self.kv_bytes_read += 2 * seen_keys.numel() * seen_keys.element_size()
-        self.attention_flops += 4 * queries.shape[0] * queries.shape[1] * queries.shape[3] * fed * (start + fed)
-        scores = (queries[:, :, a:b] * scaling) @ seen_keys.unsqueeze(1).transpose(2, 3)  # (kv, groups, fed, seen)
+        self.attention_flops += 4 * scaled.shape[0] * scaled.shape[1] * scaled.shape[3] * fed * (start + fed)
+        scores = scaled[:, :, a:b] @ seen_keys.unsqueeze(1).transpose(2, 3)  # (kv, groups, fed, seen)
         if fed > 1:  # causal among this pass's own tokens
-            future = torch.ones(fed, fed, dtype=torch.bool, device=scores.device).triu(1)
-            scores[..., start:].masked_fill_(future, float("-inf"))
+            scores[..., start:].masked_fill_(self._future(fed, scores.device), float("-inf"))
         top = scores.amax(-1, keepdim=True)
         weights = scores.sub_(top).exp_()
         total = weights.sum(-1, keepdim=True)
@@ -422,9 +431,10 @@ class ContinuousDecoder:
                 row.finished = True
         chosen: list[tuple[Row, list[int], list[int] | None]] = []  # (row, tokens fed, draft or None: prefill)
         budget = PASS_TOKENS
-        for row in sorted((row for row in rows if not row.finished), key=lambda row: len(row.pending)):
+        live = [row for row in rows if not row.finished]
+        for row in sorted(live, key=lambda row: len(row.pending)):
             if len(row.pending) <= PREFILL_CHUNK:
-                guess = self._draft(row)
+                guess = self._draft(row, shared_pass=len(live) > 1)
                 chosen.append((row, row.pending + guess, guess))
             elif budget > 0:
                 chosen.append((row, row.pending[:PREFILL_CHUNK], None))
@@ -442,11 +452,20 @@ class ContinuousDecoder:
                 row.own.tokens += feed
                 row.pending = row.pending[len(feed) :]
 
-    def _draft(self, row: Row) -> list[int]:
+    def _draft(self, row: Row, shared_pass: bool) -> list[int]:
+        """The row's draft: the text its grammar forces next, then the last call's continuation as a guess. In
+        a pass shared with other rows the guess is cut to the row's guess budget (doubled after a guess the model
+        confirmed whole, cut to what it confirmed otherwise): there a pass is bound by compute, and each wrong
+        guess token costs a token's full forward (its attention over the whole prompt included), where a lone
+        row's pass is bound by reading the weights and a long guess comes nearly free."""
         if row.matcher is None or row.spec.grammar is None or not row.spec.jump_forward:
             return []
         previous = self.drafts.last(row.spec.grammar) if self.drafts is not None else ""
-        return _draft(row.matcher, self.tokenizer, row.generated, previous, row.spec.limit - len(row.generated))
+        draft = _draft(row.matcher, self.tokenizer, row.generated, previous, row.spec.limit - len(row.generated))
+        forced = row.matcher.find_jump_forward_string() if draft else ""
+        forced_tokens = len(self.tokenizer(forced, add_special_tokens=False)["input_ids"]) if forced else 0
+        row.forced_in_draft = min(forced_tokens, len(draft))
+        return draft if not shared_pass else draft[: forced_tokens + row.guess_budget]
 
     def _forward(self, rows: list[Row], feeds: list[list[int]], picking: list[list[int] | None]) -> list[Any]:
         """One packed pass; per row, the float32 logits of the positions that pick (None for prefill chunks)."""
@@ -501,6 +520,10 @@ class ContinuousDecoder:
                 continue
             break
         self.stats.drafted += confirmed
+        guessed = len(draft) - row.forced_in_draft
+        if guessed > 0:  # adapt the guess budget to how much of this guess held
+            held = max(0, confirmed - row.forced_in_draft)
+            row.guess_budget = min(2 * row.guess_budget, MAX_DRAFT_TOKENS) if held >= guessed else max(1, held)
         row.own.tokens += feed[: len(feed) - len(draft) + confirmed]  # the unconfirmed draft's KV is dropped
         row.pending = row.generated[-1:]
         if len(row.generated) >= limit or row.finished:

@@ -604,7 +604,10 @@ class LocalBackend(Backend):
             else:
                 generated = _until_eos(result, loaded.eos_ids(), item.request.max_tokens)
                 settle = functools.partial(_settle, item.request, completion=self._completion(loaded, item, generated))
-            loop.call_soon_threadsafe(settle)
+            try:
+                loop.call_soon_threadsafe(settle)
+            except RuntimeError:  # the caller's event loop has closed: nobody is waiting for this row
+                pass
 
         with loaded.lock:
             decoder = ContinuousDecoder(

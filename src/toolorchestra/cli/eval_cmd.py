@@ -275,7 +275,8 @@ def _warn_unused_config(config: Path, policy: str) -> None:
 
 
 def _task_ids(text: str | None) -> list[str] | None:
-    """--task-ids: comma-separated ids, or @FILE with one id per line (blank lines and # comments skipped)."""
+    """--task-ids: comma-separated ids, or @FILE with one id per line (blank lines and lines starting with #
+    skipped; an id itself may hold a #, as replay ids do)."""
     if not text or not text.startswith("@"):
         return _names(text)
     from toolorchestra.errors import UserError
@@ -285,10 +286,10 @@ def _task_ids(text: str | None) -> list[str] | None:
         lines = path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
         raise UserError(f"--task-ids {text}: cannot read {path}: {exc.__class__.__name__}: {exc}") from None
-    ids = [line.split("#", 1)[0].strip() for line in lines]
-    if not any(ids):
+    ids = [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
+    if not ids:
         raise UserError(f"--task-ids {text}: {path} lists no task ids (expected one per line)")
-    return [task_id for task_id in ids if task_id]
+    return ids
 
 
 def _names(text: str | None) -> list[str] | None:
