@@ -15,7 +15,7 @@ sum, the shared prefixes' own prefill included) over a measured matmul rate and 
 forward pass, plus the KV each pass attends to) over measured memory bandwidth; then the fraction of that limit
 reached (limit time / wall time).
 
-Run: .venv/bin/python benchmarks/multiturn_local.py [--domain bank] [--episodes 8] [--threads 1]   # ~9 min
+Run: .venv/bin/python benchmarks/multiturn_local.py [--domain bank] [--episodes 8] [--threads 1]   # ~10 min
 """
 
 from __future__ import annotations

@@ -158,6 +158,7 @@ class RowSpec:
     grammar: xgr.CompiledGrammar | None  # None: plain greedy text up to an end-of-turn token
     cancelled: Callable[[], bool]
     jump_forward: bool = True  # feed drafts of forced and predicted text (guided rows only)
+    shared_until: int = 0  # the prompt's tokens that other requests share (its system message); 0: unknown
 
 
 @dataclass
@@ -358,7 +359,7 @@ class ContinuousDecoder:
     # -- admission ----------------------------------------------------------------------------
 
     def _admit(self, specs: list[RowSpec], done: Callable[[RowSpec, list[int] | BaseException], None]) -> list[Row]:
-        prefixes = self._prefixes([spec.prompt for spec in specs])
+        prefixes = self._prefixes(specs)
         rows = []
         for spec, prefix in zip(specs, prefixes, strict=True):
             try:
@@ -368,22 +369,28 @@ class ContinuousDecoder:
         self.stats.rows += len(rows)
         return rows
 
-    def _prefixes(self, prompts: list[list[int]]) -> list[SharedPrefix | None]:
-        """Each prompt's shared prefix: the longest cached prefix it starts with; prompts with none that arrive
-        together and share a start compute their common start once (and cache it). Cached prefixes come first
-        so an episode finds, turn after turn, the prefix its own KV was stored after."""
+    def _prefixes(self, specs: list[RowSpec]) -> list[SharedPrefix | None]:
+        """Each row's shared prefix: its system message when the request says where that ends (computed once
+        per distinct message and cached); otherwise the longest cached prefix its prompt starts with, or,
+        for rows that arrive together with none, their common start (computed once and cached). Either way
+        an episode finds, turn after turn, the prefix its own KV was stored after."""
         from toolorchestra.backends.prefix_cache import MIN_SHARED_TOKENS, common_prefix_length
 
         found: list[SharedPrefix | None] = []
-        for prompt in prompts:
+        for spec in specs:
+            prompt = spec.prompt
+            if spec.shared_until >= MIN_SHARED_TOKENS:
+                tokens = prompt[: min(spec.shared_until, len(prompt) - 1)]
+                found.append(self._intern(tokens, self.prefix_cache.shared_layers(self.model, tuple(tokens))))
+                continue
             cached = self.prefix_cache.longest_cached(prompt)
             found.append(self._intern(prompt[: cached[0]], cached[1]) if cached is not None else None)
         groups: dict[tuple[int, ...], list[int]] = {}
-        for index, prompt in enumerate(prompts):
-            if found[index] is None and len(prompt) > MIN_SHARED_TOKENS:
-                groups.setdefault(tuple(prompt[:MIN_SHARED_TOKENS]), []).append(index)
+        for index, spec in enumerate(specs):
+            if found[index] is None and len(spec.prompt) > MIN_SHARED_TOKENS:
+                groups.setdefault(tuple(spec.prompt[:MIN_SHARED_TOKENS]), []).append(index)
         for members in groups.values():
-            starts = [prompts[index] for index in members]
+            starts = [specs[index].prompt for index in members]
             common = min([common_prefix_length(starts)] + [len(prompt) - 1 for prompt in starts])
             if len(members) < 2 or common < MIN_SHARED_TOKENS:
                 continue

@@ -26,6 +26,7 @@ import threading
 import time
 import uuid
 import weakref
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -350,6 +351,7 @@ class _Prepared:
     request: _Request
     prompt_ids: list[int]
     guided: bool
+    shared_until: int = 0  # tokens of the prompt's system message (policy, tools): what episodes share
 
 
 class _LoadedModel:
@@ -369,7 +371,27 @@ class _LoadedModel:
         self._grammars_lock = threading.Lock()
         self.call_drafts: Any = None  # jump_forward.CallDrafts, made on first use (it imports xgrammar)
         self.episode_kv: Any = None  # continuous.EpisodeKV, made on first use
+        self._head_lengths: OrderedDict[str, int] = OrderedDict()  # system message text -> its token count
+        self._heads_lock = threading.Lock()
         self.decode_stats: Any = None  # continuous.DecodeStats of every continuous pass on these weights
+
+    def system_tokens(self, plain: list[dict[str, str]], text: str, prompt_ids: list[int]) -> int:
+        """How many tokens of `prompt_ids` (rendered from `plain` as `text`) are its system message, when a
+        conversation follows it; 0 otherwise. Requests over one catalog or domain share exactly that start, so
+        the continuous decoder shares its KV across them even when they arrive one by one."""
+        if len(plain) < 2 or plain[0]["role"] != "system":
+            return 0
+        head = self.tokenizer.apply_chat_template(plain[:1], tokenize=False, add_generation_prompt=False)
+        if not isinstance(head, str) or not text.startswith(head):
+            return 0
+        with self._heads_lock:
+            length = self._head_lengths.get(head)
+            if length is None:
+                length = len(self.tokenizer(head, add_special_tokens=False)["input_ids"])
+                self._head_lengths[head] = length
+                while len(self._head_lengths) > 64:
+                    self._head_lengths.popitem(last=False)
+        return length if length < len(prompt_ids) else 0
 
     def continuous_state(self, budget_bytes: int) -> tuple[Any, Any, Any]:
         """(EpisodeKV, DecodeStats, CallDrafts) of the continuous decoder, made on first use."""
@@ -592,7 +614,14 @@ class LocalBackend(Backend):
                 except Exception as error:  # a bad tool schema fails its own request only
                     loop.call_soon_threadsafe(functools.partial(_settle, request, exception=error))
                     continue
-                row = RowSpec(item.prompt_ids, request.max_tokens, grammar, request.cancelled, self.spec.jump_forward)
+                row = RowSpec(
+                    item.prompt_ids,
+                    request.max_tokens,
+                    grammar,
+                    request.cancelled,
+                    self.spec.jump_forward,
+                    item.shared_until,
+                )
                 prepared[id(row)] = item
                 rows.append(row)
             return rows
@@ -684,9 +713,9 @@ class LocalBackend(Backend):
     def _prepare(self, loaded: _LoadedModel, request: _Request) -> _Prepared:
         plain = to_plain_messages(request.messages, request.tools)
         text = loaded.tokenizer.apply_chat_template(plain, tokenize=False, add_generation_prompt=True)
-        prompt_ids = loaded.tokenizer(text, add_special_tokens=False)["input_ids"]
+        prompt_ids = list(loaded.tokenizer(text, add_special_tokens=False)["input_ids"])
         guided = bool(request.tools) and self.spec.guided_tool_calls
-        return _Prepared(request, list(prompt_ids), guided)
+        return _Prepared(request, prompt_ids, guided, loaded.system_tokens(plain, str(text), prompt_ids))
 
     def _completion(self, loaded: _LoadedModel, item: _Prepared, generated: list[int]) -> Completion:
         eos_ids = loaded.eos_ids()
