@@ -91,6 +91,27 @@ def tiny(tiny_dir: Path) -> LocalBackend:
     return LocalBackend(LocalBackendSpec(path=str(tiny_dir), max_batch_size=2))
 
 
+@pytest.fixture
+def tiny_batched(tiny_dir: Path) -> LocalBackend:
+    """The batched generate() path for greedy requests too (the continuous decoder off)."""
+    return LocalBackend(LocalBackendSpec(path=str(tiny_dir), max_batch_size=2, continuous_batching=False))
+
+
+def count_packed_rows(backend: LocalBackend, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Rows of each continuous-decoder pass from now on."""
+    from toolorchestra.backends.continuous import ContinuousDecoder
+
+    rows: list[int] = []
+    original = ContinuousDecoder._forward
+
+    def counting_forward(self: Any, packed_rows: list[Any], *args: Any) -> Any:
+        rows.append(len(packed_rows))
+        return original(self, packed_rows, *args)
+
+    monkeypatch.setattr(ContinuousDecoder, "_forward", counting_forward)
+    return rows
+
+
 # -- model resolution -------------------------------------------------------------------------------
 
 
@@ -214,35 +235,53 @@ async def test_completion_reports_exact_usage_and_latency(tiny: LocalBackend) ->
 
 
 async def test_concurrent_requests_are_batched_up_to_max_batch_size(
-        tiny: LocalBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+        tiny_batched: LocalBackend, monkeypatch: pytest.MonkeyPatch) -> None:
     questions = [f"Question {i}: which option is correct?" * (i + 1) for i in range(5)]
-    alone = [(await tiny.complete(conversation(q), max_tokens=12)).text for q in questions]
-    sizes = count_generate_calls(tiny, monkeypatch)
-    together = await asyncio.gather(*(tiny.complete(conversation(q), max_tokens=12) for q in questions))
+    alone = [(await tiny_batched.complete(conversation(q), max_tokens=12)).text for q in questions]
+    sizes = count_generate_calls(tiny_batched, monkeypatch)
+    together = await asyncio.gather(*(tiny_batched.complete(conversation(q), max_tokens=12) for q in questions))
     assert sorted(sizes) == [1, 2, 2]
     # Left padding must not change what a row generates.
     assert [c.text for c in together] == alone
 
 
-async def test_requests_with_different_sampling_are_not_mixed(
+async def test_continuous_rows_stay_within_max_batch_size_and_decode_as_alone(
         tiny: LocalBackend, monkeypatch: pytest.MonkeyPatch) -> None:
-    sizes = count_generate_calls(tiny, monkeypatch)
+    """Greedy requests go to the continuous decoder: 5 at once with max_batch_size 2 are never more than 2 rows
+    a pass (the others join as rows end), each decodes what it decodes alone, and a short and a long limit in
+    one pass are each kept."""
+    questions = [f"Question {i}: which option is correct?" * (i + 1) for i in range(5)]
+    alone = [(await tiny.complete(conversation(q), max_tokens=12)).text for q in questions]
+    rows = count_packed_rows(tiny, monkeypatch)
+    together = await asyncio.gather(*(tiny.complete(conversation(q), max_tokens=12) for q in questions))
+    assert [c.text for c in together] == alone
+    assert max(rows) == 2 and len(rows) >= 12  # 5 rows of up to 12 tokens, 2 at a time
+    short, longer = await asyncio.gather(tiny.complete(conversation("x"), max_tokens=3),
+                                         tiny.complete(conversation("y"), TOOLS, max_tokens=200))
+    assert short.usage.completion_tokens <= 3 and longer.usage.completion_tokens <= 200
+    assert_valid_call(longer)  # a guided row and a plain one in the same passes
+    assert short.text == (await tiny.complete(conversation("x"), max_tokens=3)).text
+
+
+async def test_requests_with_different_sampling_are_not_mixed(
+        tiny_batched: LocalBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+    sizes = count_generate_calls(tiny_batched, monkeypatch)
     await asyncio.gather(
-        tiny.complete(conversation("a"), max_tokens=4),
-        tiny.complete(conversation("b"), max_tokens=4, temperature=1.0, seed=3),
-        tiny.complete(conversation("c"), max_tokens=4, temperature=1.0, seed=3),
+        tiny_batched.complete(conversation("a"), max_tokens=4),
+        tiny_batched.complete(conversation("b"), max_tokens=4, temperature=1.0, seed=3),
+        tiny_batched.complete(conversation("c"), max_tokens=4, temperature=1.0, seed=3),
     )
     assert sorted(sizes) == [1, 2]
 
 
-async def test_each_row_keeps_its_own_max_tokens(tiny: LocalBackend, monkeypatch: pytest.MonkeyPatch) -> None:
-    sizes = count_generate_calls(tiny, monkeypatch)
-    short, longer = await asyncio.gather(tiny.complete(conversation("x"), max_tokens=3),
-                                         tiny.complete(conversation("y"), max_tokens=20))
+async def test_each_row_keeps_its_own_max_tokens(tiny_batched: LocalBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+    sizes = count_generate_calls(tiny_batched, monkeypatch)
+    short, longer = await asyncio.gather(tiny_batched.complete(conversation("x"), max_tokens=3),
+                                         tiny_batched.complete(conversation("y"), max_tokens=20))
     assert sizes == [2]
     assert short.usage.completion_tokens <= 3
     assert longer.usage.completion_tokens <= 20
-    alone = await tiny.complete(conversation("x"), max_tokens=3)
+    alone = await tiny_batched.complete(conversation("x"), max_tokens=3)
     assert alone.text == short.text
 
 
@@ -344,12 +383,12 @@ def test_cpu_grouped_attention_matches_stock_sdpa_on_a_padded_batch(tiny_dir: Pa
     assert torch.equal(grouped_tokens, stock_tokens)
 
 
-def test_guided_and_plain_requests_share_a_batch(tiny: LocalBackend, monkeypatch: pytest.MonkeyPatch) -> None:
-    sizes = count_generate_calls(tiny, monkeypatch)
+def test_guided_and_plain_requests_share_a_batch(tiny_batched: LocalBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+    sizes = count_generate_calls(tiny_batched, monkeypatch)
 
     async def both() -> list[Any]:
-        return list(await asyncio.gather(tiny.complete(conversation("x"), TOOLS, max_tokens=200),
-                                         tiny.complete(conversation("y"), None, max_tokens=8)))
+        return list(await asyncio.gather(tiny_batched.complete(conversation("x"), TOOLS, max_tokens=200),
+                                         tiny_batched.complete(conversation("y"), None, max_tokens=8)))
 
     guided, plain = asyncio.run(both())
     assert sizes == [2]
@@ -572,10 +611,10 @@ def test_smollm2_cannot_end_a_guided_turn_before_its_call(smollm2: LocalBackend)
 @pytest.mark.slow
 async def test_smollm2_batches_three_concurrent_requests(smollm2: LocalBackend,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    sizes = count_generate_calls(smollm2, monkeypatch)
+    rows = count_packed_rows(smollm2, monkeypatch)  # greedy: the continuous decoder, the three in its passes
     questions = ["What is the capital of France?", "Name a prime number.", "Say hello in Spanish, please."]
     completions = await asyncio.gather(*(smollm2.complete(conversation(q), max_tokens=24) for q in questions))
-    assert sizes == [3]
+    assert rows[0] == 3
     tokenizer = smollm2.loaded.tokenizer
     for question, completion in zip(questions, completions):
         prompt = tokenizer.apply_chat_template(conversation(question), tokenize=False, add_generation_prompt=True)
