@@ -161,21 +161,20 @@ def test_a_client_that_hangs_up_cancels_its_generation(server: dict[str, Any]) -
     body = json.dumps(_chat("Count to 100000, one number per line.", max_tokens=8000)).encode()
     head = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
             b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n")
-    model = smol.loaded.model
+    from toolorchestra.backends.continuous import ContinuousDecoder
+
     generated: list[tuple[int, bool]] = []  # (tokens generated, whether the row ended with its EOS)
-    original = model.generate
+    retire = ContinuousDecoder._retire  # a greedy request's row ends here, cut or finished
 
-    def recording_generate(*args: Any, **kwargs: Any) -> Any:
-        output = original(*args, **kwargs)
-        row = output[0, kwargs["input_ids"].shape[1]:].tolist()
-        generated.append((len(row), row[-1] in smol.loaded.eos_ids()))
-        return output
+    def recording_retire(decoder: ContinuousDecoder, row: Any) -> None:
+        generated.append((len(row.generated), bool(row.generated) and row.generated[-1] in smol.loaded.eos_ids()))
+        retire(decoder, row)
 
-    model.generate = recording_generate
+    ContinuousDecoder._retire = recording_retire  # type: ignore[method-assign]
     try:
         hang_up_midway(port, head + body, smol)
     finally:
-        del model.generate  # the instance attribute goes; the class's method is back
+        ContinuousDecoder._retire = retire  # type: ignore[method-assign]
     assert generated and generated[-1][0] < 8000 and not generated[-1][1], generated  # cut, not finished
     small = server["client"].post("/chat/completions", json=_chat("Say hi.", max_tokens=4), timeout=60)
     assert small.status_code == 200
