@@ -150,3 +150,19 @@ def test_a_bad_tool_schema_fails_its_request_alone() -> None:
     failed, good = asyncio.run(both())
     assert isinstance(failed, SchemaError) and "strnig" in str(failed)
     assert not isinstance(good, BaseException) and good.tool_calls
+
+
+def test_a_model_that_fails_to_load_fails_each_greedy_request_clearly(tmp_path: Any) -> None:
+    """A greedy request goes to the continuous decoder's thread, which loads the model: a load error reaches the
+    caller as the user error it is, and the caller does not wait forever."""
+    from toolorchestra.backends.local import LocalBackend
+    from toolorchestra.catalog.schema import LocalBackendSpec
+    from toolorchestra.errors import UserError
+
+    backend = LocalBackend(LocalBackendSpec(path=str(tmp_path / "missing.gguf")))
+
+    async def ask() -> Any:
+        return await asyncio.wait_for(backend.complete([{"role": "user", "content": "hi"}], max_tokens=4), 60)
+
+    with pytest.raises(UserError, match="GGUF file not found"):
+        asyncio.run(ask())

@@ -560,7 +560,11 @@ class LocalBackend(Backend):
         while batcher.pending:
             continuous = batcher.take(self._continuous)
             if continuous:  # greedy rows: decoded together, joined by those that arrive meanwhile
-                await asyncio.to_thread(self._run_continuous, continuous, batcher, asyncio.get_running_loop())
+                try:
+                    await asyncio.to_thread(self._run_continuous, continuous, batcher, asyncio.get_running_loop())
+                except Exception as exc:  # e.g. the model failed to load: every caller sees why, none waits
+                    for request in continuous:
+                        _settle(request, exception=exc)
             taken = batcher.take(lambda request: not self._continuous(request))  # greedy ones wait for the next pass
             for chunk in self._chunks(taken):
                 live = [r for r in chunk if r.future is not None and not r.future.done()]
