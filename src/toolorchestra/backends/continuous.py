@@ -339,8 +339,10 @@ class ContinuousDecoder:
         rows: list[Row] = []
         waiting = list(first)
         while True:
-            if waiting:
-                rows += self._admit(waiting, done)
+            if waiting:  # never more than max_rows in flight; the rest wait for rows to end
+                room = self.max_rows - len(rows)
+                rows += self._admit(waiting[:room], done)
+                waiting = waiting[room:]
             try:
                 if rows:
                     self._pass(rows)
@@ -352,7 +354,8 @@ class ContinuousDecoder:
                 self._retire(row)
                 done(row.spec, row.generated)
             rows = [row for row in rows if not row.finished]
-            waiting = more(self.max_rows - len(rows)) if len(rows) < self.max_rows else []
+            free = self.max_rows - len(rows) - len(waiting)
+            waiting += more(free) if free > 0 else []
             if not rows and not waiting:
                 return
 
