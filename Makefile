@@ -24,7 +24,7 @@ demo: setup
 
 test: setup lint
 	bash scripts/ensure_chromium.sh
-	$(BIN)/python -m pytest -q -ra
+	$(BIN)/python -m pytest -q -ra --durations=15
 
 # The offline HLE/FRAMES pipeline at full size (30 + 5 questions, 4 min 14 s on 2 cores, 2026-11-26); `make test` runs 3 + 1.
 test-live: setup
