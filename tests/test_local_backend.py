@@ -263,6 +263,33 @@ async def test_continuous_rows_stay_within_max_batch_size_and_decode_as_alone(
     assert short.text == (await tiny.complete(conversation("x"), max_tokens=3)).text
 
 
+async def test_a_sampled_request_is_not_held_back_by_a_stream_of_greedy_ones(tiny: LocalBackend) -> None:
+    """Two clients each send a greedy request as soon as their last one is answered, so the continuous decoder
+    always has a row to take; a sampled request sent meanwhile is answered once the rows in flight end, not
+    after the whole stream."""
+    answered_before_sampled: list[int] = []
+    greedy_answered = 0
+    sampled_done = asyncio.Event()
+
+    async def client(name: str) -> None:
+        nonlocal greedy_answered
+        for turn in range(30):
+            if sampled_done.is_set():
+                return
+            await tiny.complete(conversation(f"{name} {turn}"), max_tokens=6)
+            greedy_answered += 1
+
+    async def sampled() -> None:
+        while greedy_answered < 2:  # the stream is under way
+            await asyncio.sleep(0.01)
+        await tiny.complete(conversation("sampled"), max_tokens=4, temperature=1.0, seed=5)
+        answered_before_sampled.append(greedy_answered)
+        sampled_done.set()
+
+    await asyncio.gather(client("a"), client("b"), sampled())
+    assert answered_before_sampled and answered_before_sampled[0] <= 6, answered_before_sampled
+
+
 async def test_requests_with_different_sampling_are_not_mixed(
         tiny_batched: LocalBackend, monkeypatch: pytest.MonkeyPatch) -> None:
     sizes = count_generate_calls(tiny_batched, monkeypatch)

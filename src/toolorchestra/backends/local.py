@@ -462,6 +462,11 @@ class _LoopBatcher:
             self.pending = kept
         return taken
 
+    def holds(self, wanted: Any) -> bool:
+        """Whether a pending request is one `wanted(request)` accepts."""
+        with self.lock:
+            return any(wanted(request) for request in self.pending)
+
 
 class LocalBackend(Backend):
     """A transformers causal LM in this process, with micro-batched generation."""
@@ -642,6 +647,13 @@ class LocalBackend(Backend):
             except RuntimeError:  # the caller's event loop has closed: nobody is waiting for this row
                 pass
 
+        def more(free: int) -> list[RowSpec]:
+            # A sampled request waiting ends the session: rows in flight finish, none join, and _drain runs it
+            # next; a steady stream of greedy requests would otherwise hold it back for as long as it lasts.
+            if batcher.holds(lambda request: request.sampling.do_sample and not request.cancelled()):
+                return []
+            return specs(batcher.take(self._continuous, free))
+
         with loaded.lock:
             decoder = ContinuousDecoder(
                 loaded.model,
@@ -654,7 +666,7 @@ class LocalBackend(Backend):
                 self.spec.max_batch_size,
                 stats,
             )
-            decoder.run(specs(requests), lambda free: specs(batcher.take(self._continuous, free)), done)
+            decoder.run(specs(requests), more, done)
 
     def _chunks(self, requests: list[_Request]) -> list[list[_Request]]:
         groups: dict[SamplingKey, list[_Request]] = {}
