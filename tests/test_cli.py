@@ -41,3 +41,22 @@ def test_bad_preference_is_reported(tmp_path):
     result = run(str(BIN / "toolorchestra"), "run", "hi", "--prefer", "speed", "--corpus", str(tmp_path / "none.json"))
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "--corpus" in result.stderr and "file not found" in result.stderr
+
+
+def test_a_piped_results_table_keeps_every_column(tmp_path):
+    """Printed to a pipe (CI logs, `| tee`), rich would default to 80 columns and cut the eval table's headers
+    and figures to ellipses; the CLI prints it wide enough instead."""
+    import os
+
+    from conftest import SHARED_DATA
+
+    env = {key: value for key, value in os.environ.items() if key != "COLUMNS"}
+    result = subprocess.run(
+        [str(BIN / "toolorchestra"), "eval", "--env", "replay:routerbench", "--data-dir", str(SHARED_DATA),
+         "--policy", "cheapest", "--limit", "3", "--no-progress", "--out", str(tmp_path / "out")],
+        capture_output=True, text=True, timeout=120, env=env,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "…" not in result.stdout
+    for header in ("accuracy", "latency mean s", "calls/task", "errors"):
+        assert header in result.stdout, result.stdout

@@ -298,11 +298,10 @@ def _names(text: str | None) -> list[str] | None:
 
 
 def _eval_tau2(*, env: str, out: Path, task_ids: str | None, progress: bool, **options: object) -> None:
-    from rich.console import Console
-
+    from toolorchestra.cli.console import console as cli_console
     from toolorchestra.integrations.tau2.run import Tau2EvalRequest, run_tau2_eval
 
-    console = Console(highlight=False)
+    console = cli_console()
     ids = _task_ids(task_ids)
     request = Tau2EvalRequest(env=env, out=out, task_ids=ids, **options)  # type: ignore[arg-type]
 
@@ -361,8 +360,9 @@ def _print_tau2_metrics(metrics: dict, out: Path, console: Console) -> None:
 
 
 def _print_metrics(metrics: dict, out: Path) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from toolorchestra.cli.console import console as cli_console
 
     entries = metrics.get("sweep") or [metrics]
     table = Table(title=f"{metrics['env']} {metrics['split']}", show_header=True)
@@ -381,7 +381,7 @@ def _print_metrics(metrics: dict, out: Path) -> None:
             f"{entry['tool_calls_per_task']:.2f}",
             str(entry.get("errors", 0)),
         )
-    console = Console(highlight=False)
+    console = cli_console()
     console.print(table)
     if metrics.get("judge"):  # live worlds: the paper's accounting, by role, with the judge apart
         _print_roles(metrics, console)

@@ -25,17 +25,15 @@ def register(app: typer.Typer) -> None:
 @replay_app.command("check")
 def check(directory: Path = typer.Argument(..., help="a directory in the replay format")) -> None:
     """Validate DIR and print per model its coverage, accuracy, cost and latency."""
-    from rich.console import Console
     from rich.table import Table
 
+    from toolorchestra.cli.console import console as cli_console
     from toolorchestra.envs.replay.world import DirectoryWorldEnv, world_summary
 
     env = DirectoryWorldEnv(directory)
     data = env.data
     kept = {split: len(tasks) for split, tasks in data.tasks.items()}
-    console = Console(highlight=False)
-    if not console.is_terminal:  # piped or captured: wide enough for every column
-        console = Console(highlight=False, width=160)
+    console = cli_console()
     console.print(
         f"{directory}: {env.loaded.questions} questions, {len(env.models())} models; kept train "
         f"{kept['train']}, test {kept['test']}; left out (some model did not answer them): train "
@@ -70,12 +68,11 @@ def import_routerbench(
     out: Path = typer.Option(..., "--out", help="the replay directory to write (new or empty)"),
 ) -> None:
     """Convert RouterBench-style wide CSVs into a replay directory (then: --env replay:DIR)."""
-    from rich.console import Console
-
+    from toolorchestra.cli.console import console as cli_console
     from toolorchestra.envs.replay.importers import import_routerbench as convert
 
     summary = convert(csvs, out)
-    console = Console(highlight=False)
+    console = cli_console()
     console.print(
         f"wrote {out}: {summary.questions['train']} train and {summary.questions['test']} test questions, "
         f"{len(summary.lines)} models, {summary.empty_cells} empty score/cost cells (no line written)",

@@ -98,9 +98,9 @@ async def _run(
 
 
 def _console():
-    from rich.console import Console
+    from toolorchestra.cli.console import console
 
-    return Console(highlight=False)
+    return console()
 
 
 def _print_step(step: Step) -> None:

@@ -5,7 +5,6 @@ tau2 itself is imported only when a command runs (see toolorchestra.integrations
 
 from __future__ import annotations
 
-import sys
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -66,11 +65,11 @@ def rescore_command(
 
 
 def _print_report(report: RescoreReport) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    # Wide when piped (CI logs, files): the reasons column is the point of the table.
-    console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+    from toolorchestra.cli.console import console as cli_console
+
+    console = cli_console()  # wide when piped: the reasons column is the point of the table
     table = Table(title=f"{report.path} ({report.domain}; tau2 {report.tau2_version}; task ids: {report.task_ids})")
     for column in ("simulation", "task", "trial", "recorded", "ours", "agree", "reason / note"):
         table.add_column(column, overflow="fold")

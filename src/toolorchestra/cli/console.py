@@ -1,0 +1,23 @@
+"""The rich console the commands print their results through."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+PIPED_WIDTH = 200  # columns when printing to a file or a pipe: every column of a results table fits
+
+
+def console(*, stderr: bool = False) -> Any:
+    """A rich Console: the terminal's width on a terminal; piped (CI logs, `| tee`, files) at least PIPED_WIDTH
+    ($COLUMNS if wider), where rich would take 80 or an inherited $COLUMNS and cut a table's columns to
+    ellipses."""
+    from rich.console import Console
+
+    stream = sys.stderr if stderr else sys.stdout
+    if stream.isatty():
+        return Console(highlight=False, stderr=stderr)
+    columns = os.environ.get("COLUMNS", "")
+    width = max(PIPED_WIDTH, int(columns)) if columns.isdigit() else PIPED_WIDTH
+    return Console(highlight=False, stderr=stderr, width=width)
