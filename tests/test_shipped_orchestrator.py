@@ -176,3 +176,22 @@ def test_a_malformed_orchestrator_json_names_the_file(tmp_path) -> None:
     (folder / adapters.META_FILE).write_text('{"checkpoint_step": 3}')
     with pytest.raises(UserError, match="base_model"):
         adapters.find_orchestrator(str(folder))
+
+
+def test_every_shipped_orchestrator_has_a_card_and_its_stages_configs_are_pinned() -> None:
+    """Each folder under data/orchestrators is found by name with its base model and model card, and the train
+    configs its orchestrator.json names as stages are pinned in tests/fixtures/shipped_train_configs.json (which
+    test_train_configs.py resolves against the settings of the run)."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    pinned = json.loads((root / "tests/fixtures/shipped_train_configs.json").read_text())["configs"]
+    shipped = adapters.shipped_orchestrators()
+    assert {"smollm2-135m-orchestrator", "smollm2-135m-frames-escalation", "smollm2-135m-toolscale"} <= set(shipped)
+    for name, orchestrator in shipped.items():
+        assert orchestrator.base == "smollm2-135m", name
+        assert (orchestrator.folder / "README.md").read_text().startswith(f"# {name}"), name
+        meta = json.loads((orchestrator.folder / adapters.META_FILE).read_text())
+        for stage in (meta.get("training") or {}).get("stages", []):
+            assert stage["config_file"] in pinned, (name, stage["config_file"])
+            assert (root / stage["config_file"]).is_file()
