@@ -2,6 +2,7 @@
 
     .venv/bin/python scripts/eval_generalization.py --orchestrator smollm2-135m-orchestrator --limit 945 \
         --out out/generalization/NAME
+    .venv/bin/python scripts/eval_generalization.py --policy reader --limit 945 --out out/generalization/NAME
 
 Conditions (each an `toolorchestra eval` run into OUT/<condition>/<policy>, resumable):
 - catalog: the world's prices;
@@ -31,6 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 CLI = str(ROOT / ".venv" / "bin" / "toolorchestra")
 ENV = "replay:routerbench"
+CANDIDATES = ("orchestrator-", "reader")  # run dirs of the policies under test, not baselines
 BASELINES = ["random", "cheapest", "per-subtask", "cascade", "router"]
 ORCHESTRATOR_FLAGS = ["--tools", "answer", "--max-turns", "1", "--max-tokens", "40", "--concurrency", "8"]
 
@@ -74,6 +76,8 @@ def run_eval(policy: str, out: Path, extra: list[str], limit: int, prefer: str) 
                "--out", str(out), "--no-progress", *extra]
     if policy.startswith("orchestrator:"):
         command += ["--prefer", prefer, *ORCHESTRATOR_FLAGS]
+    elif policy.startswith("reader"):
+        command += ["--prefer", prefer]
     print("$", " ".join(command), flush=True)
     subprocess.run(command, check=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.DEVNULL)
 
@@ -83,7 +87,7 @@ def points(folder: Path) -> dict[str, tuple[float, float]]:
     (orchestrator-NAME dirs, one per orchestrator evaluated into the same OUT) are not baselines."""
     found = {}
     for metrics_path in sorted(folder.rglob("metrics.json")):
-        if metrics_path.parent.name.startswith("orchestrator-"):
+        if metrics_path.parent.name.startswith(CANDIDATES):
             continue
         metrics = json.loads(metrics_path.read_text())
         for point in metrics.get("sweep") or [metrics]:  # a router sweep: one point per threshold
@@ -99,7 +103,9 @@ def decisions(run: Path) -> dict[str, str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--orchestrator", required=True, help="a shipped adapter name or model dir")
+    chosen_policy = parser.add_mutually_exclusive_group(required=True)
+    chosen_policy.add_argument("--orchestrator", help="a shipped adapter name or model dir")
+    chosen_policy.add_argument("--policy", help="another policy under test, e.g. reader (agent/reader.py)")
     parser.add_argument("--limit", type=int, default=945, help="the first N routerbench test tasks")
     parser.add_argument("--prefer", default="accuracy")
     parser.add_argument("--out", type=Path, required=True)
@@ -107,8 +113,12 @@ def main() -> int:
                         help="comma-separated subset of the conditions to run")
     args = parser.parse_args()
     chosen = args.conditions.split(",")
-    orchestrator = f"orchestrator:{args.orchestrator}"
-    mine_dir = "orchestrator-" + Path(args.orchestrator).name  # several orchestrators share OUT and its baselines
+    if args.orchestrator:
+        orchestrator = f"orchestrator:{args.orchestrator}"
+        mine_dir = "orchestrator-" + Path(args.orchestrator).name  # several orchestrators share OUT and its baselines
+    else:
+        orchestrator = args.policy
+        mine_dir = args.policy.replace(":", "-").replace("/", "-")
     lines = [f"# Generalization of {orchestrator} on the first {args.limit} routerbench test tasks "
              f"(--prefer {args.prefer})", "", "| condition | orchestrator accuracy | total $ | dominated by |",
              "| --- | --- | --- | --- |"]

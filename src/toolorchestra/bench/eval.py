@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from toolorchestra.agent.trajectory import write_trajectory
-from toolorchestra.bench.policies import Policy, parse_policy
+from toolorchestra.bench.policies import Policy
 from toolorchestra.bench.request import (
     EvalRequest,
     build_env,
     first_per_subtask,
     local_orchestrators,
-    orchestrator_factory,
+    request_policies,
     run_episode,
     tasks_with_ids,
 )
@@ -55,7 +55,7 @@ def run_eval(request: EvalRequest) -> dict[str, Any]:
         unknown = [name for name in request.tools if name not in offered]
         if unknown:
             raise UserError(f"--tools: unknown tool(s) {', '.join(unknown)}; {request.env} offers {', '.join(offered)}")
-    policies = parse_policy(request.policy, env, seed=request.seed, orchestrator=orchestrator_factory(request))
+    policies = request_policies(request, env)
     claim_dir(request.out, request.manifest())
     if request.ray:
         from toolorchestra.bench.ray_eval import run_eval_ray

@@ -7,7 +7,9 @@ the world's recorded outcomes (`RecordedWorld`, which the replay envs are); thei
 on the train split only, except the oracle's, which peeks at the test records by design (upper bound).
 
 Policy specs (`parse_policy`): single:MODEL, random, cheapest, per-subtask, cascade[:LAMBDA],
-router[:THRESHOLD] (no threshold: a sweep, one policy per threshold), oracle, orchestrator:MODEL.
+router[:THRESHOLD] (no threshold: a sweep, one policy per threshold), oracle, orchestrator:MODEL, and
+reader[:MODEL] (agent/reader.py: a decision from the offered labels' prices and profiles, MODEL, the
+embedded SmolLM2 by default, reading the question; calibrated on the env's train split).
 On envs whose tasks carry gold actions (`GoldWorld`, the toolscale envs) also: gold (replays the gold
 actions through the episode's tools, then answers with the required facts; the check of the checker,
 it must score 1.0) and noop (answers at once, without any tool call; a floor).
@@ -15,6 +17,7 @@ it must score 1.0) and noop (answers at once, without any tool call; a floor).
 
 from __future__ import annotations
 
+import asyncio
 import random
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -44,12 +47,15 @@ POLICY_FORMS = (
     "router[:THRESHOLD]",
     "oracle",
     "orchestrator:MODEL",
+    "reader[:MODEL]",
     "gold",
     "noop",
 )
 GOLD_POLICIES = ("gold", "noop")
 NOOP_ANSWER = REFUSAL_ANSWER
 DEFAULT_CASCADE_LAMBDA = 0.1
+DEFAULT_READER = "smollm2-135m"  # the model that reads questions for the reader policy
+CALIBRATION_PER_TYPE = 50  # the reader's calibration questions per task type: the sample profiles are measured on
 MIN_SUBTASK_TRAIN = 30  # fewer train tasks than this: a subtask uses the parameters fit on all of train
 
 
@@ -315,10 +321,18 @@ OrchestratorFactory = Callable[[str], Policy]
 
 
 def parse_policy(
-    spec: str, env: Env, *, seed: int = 0, orchestrator: OrchestratorFactory | None = None
+    spec: str,
+    env: Env,
+    *,
+    seed: int = 0,
+    orchestrator: OrchestratorFactory | None = None,
+    preference: Preference | None = None,
 ) -> list[Policy]:
-    """The policies a --policy spec names (a router sweep gives one per threshold)."""
+    """The policies a --policy spec names (a router sweep gives one per threshold). `preference` is the
+    user's (--prefer) for the policies that take one besides orchestrator:MODEL (reader)."""
     kind, _, argument = spec.partition(":")
+    if kind == "reader":
+        return [ReaderPolicy(spec, env, preference or Preference(), argument or DEFAULT_READER)]
     if kind == "orchestrator":
         if not argument:
             raise UserError("--policy orchestrator:MODEL needs the orchestrator model, e.g. orchestrator:smollm2-135m")
@@ -405,6 +419,72 @@ def _number(spec: str, argument: str, default: float, what: str) -> float:
         return float(argument)
     except ValueError:
         raise UserError(f"--policy {spec!r}: {what} {argument!r} is not a number") from None
+
+
+class ReaderPolicy(Policy):
+    """agent/reader.py's decision: one `answer` call to the offered label with the highest expected reward,
+    from its price and profile; the reader model places each question among the calibration questions of the
+    env's train split (the sample the profiles are measured on, envs/replay/profiles.py)."""
+
+    def __init__(self, name: str, env: Env, preference: Preference, model: str = DEFAULT_READER) -> None:
+        from toolorchestra.backends.question_reader import QuestionReader
+
+        self.name = name
+        self.env = env
+        self.preference = preference
+        self.reader = QuestionReader(model)
+        self._calibrated = False
+        self._posteriors: dict[str, dict[str, float]] = {}
+
+    def prepare(self, tasks: Sequence[Task]) -> None:
+        """Read every question to run in one batched pass of the reader model (and calibrate it first)."""
+        unread = [task for task in tasks if task.id not in self._posteriors]
+        if not unread:
+            return
+        self._calibrate()
+        for task, posterior in zip(unread, self.reader.posteriors([_question(task) for task in unread]), strict=True):
+            self._posteriors[task.id] = posterior
+
+    def _calibrate(self) -> None:
+        if self._calibrated:
+            return
+        from toolorchestra.envs.replay.profiles import calibration_sample
+
+        try:
+            train = self.env.tasks("train")
+        except UserError:  # an env without a train split
+            train = []
+        sample = [task for task in calibration_sample(train, CALIBRATION_PER_TYPE) if task.subtask]
+        if len({task.subtask for task in sample}) < 2:
+            raise UserError(
+                f"--policy {self.name}: env {self.env.name!r} has no train split with two or more task types to "
+                "calibrate the question reader on; give every label a profile of one type (e.g. `all`)"
+            )
+        self.reader.calibrate([_question(task) for task in sample], [str(task.subtask) for task in sample])
+        self._calibrated = True
+
+    async def run(self, task: Task, tools: list[Tool]) -> Trajectory:
+        from toolorchestra.agent.reader import choose, offers, task_types
+        from toolorchestra.envs.replay.tokens import count_tokens
+
+        pool = offers(tools)
+        types = task_types(pool)
+        if len(types) == 1:
+            posterior = {types[0]: 1.0}
+        else:
+            if task.id not in self._posteriors:
+                await asyncio.to_thread(self.prepare, [task])
+            posterior = self._posteriors[task.id]
+        chosen = choose(pool, posterior, count_tokens(task.prompt), self.preference.weights())
+        episode = ScriptedEpisode(task, tools, self.name)
+        episode.trajectory.preference = self.preference.weights()
+        await episode.calls((chosen.tool, {"model": chosen.label}))
+        return episode.finish()
+
+
+def _question(task: Task) -> str:
+    """What the orchestrator is shown of a task: its question without few-shot exemplars where it has one."""
+    return str(task.meta.get("query") or task.prompt)
 
 
 class OrchestratorPolicy(Policy):

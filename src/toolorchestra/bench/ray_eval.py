@@ -17,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from toolorchestra.bench.request import EvalRequest, orchestrator_factory, run_episode
+from toolorchestra.bench.request import EvalRequest, request_policies, run_episode
 from toolorchestra.bench.rundir import TRAJECTORIES, drop_torn_tail, finished, write_results
 from toolorchestra.envs.base import Task
 from toolorchestra.errors import UserError
@@ -108,15 +108,12 @@ class EvalWorker:
     """One Ray actor: the request's env and policies, built once, playing chunks of tasks."""
 
     def __init__(self, request: EvalRequest) -> None:
-        from toolorchestra.bench.policies import parse_policy
         from toolorchestra.bench.request import build_env
 
         self.request = request
         self.env = build_env(request)
         self.tasks = {task.id: task for task in self.env.tasks(request.split)}
-        self.policies = parse_policy(
-            request.policy, self.env, seed=request.seed, orchestrator=orchestrator_factory(request)
-        )
+        self.policies = request_policies(request, self.env)
 
     async def run(self, task_ids: list[str], done: list[tuple[str, str]]) -> list[Any]:
         """The trajectories of these tasks' unfinished episodes (an async actor method: Ray runs it in the

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from toolorchestra.agent.trajectory import Trajectory
-from toolorchestra.bench.policies import OrchestratorPolicy, Policy
+from toolorchestra.bench.policies import OrchestratorPolicy, Policy, parse_policy
 from toolorchestra.envs.base import Env, Task
 from toolorchestra.envs.capabilities import AsyncScoring, LabeledModels, ModelWorld
 from toolorchestra.errors import UserError
@@ -84,6 +84,8 @@ class EvalRequest:
         shown = self.shown_profiles()
         if shown != "none":
             fields["profiles"] = shown
+        if self.policy.partition(":")[0] == "reader":
+            fields["prefer"] = self.prefer
         if self.policy.startswith("orchestrator:"):
             if self.context_mode() == "paper":
                 fields["context"] = "paper"
@@ -101,6 +103,8 @@ class EvalRequest:
         on a replay world for any orchestrator but a shipped adapter trained without profiles (its card says)."""
         if self.profiles != "auto":
             return self.profiles
+        if self.policy.partition(":")[0] == "reader" and self.env.startswith("replay:"):
+            return "train"  # the reader decides from the profiles
         if not self.policy.startswith("orchestrator:") or not self.env.startswith("replay:"):
             return "none"
         from toolorchestra.backends.adapters import find_orchestrator
@@ -241,6 +245,19 @@ def _env_options(request: EvalRequest) -> dict[str, Any]:
     return {"judge": LLMJudge(ModelPool(catalog.models).backend(request.judge))}
 
 
+def request_policies(request: EvalRequest, env: Env) -> list[Policy]:
+    """The policies of the request's --policy spec over `env`, with its --prefer where a policy takes one."""
+    from toolorchestra.agent.preference import Preference
+
+    return parse_policy(
+        request.policy,
+        env,
+        seed=request.seed,
+        orchestrator=orchestrator_factory(request),
+        preference=Preference.parse(request.prefer),
+    )
+
+
 def orchestrator_factory(request: EvalRequest) -> Callable[[str], Policy]:
     def build(model: str) -> Policy:
         from toolorchestra.agent.preference import Preference
@@ -301,6 +318,7 @@ __all__ = [
     "first_per_subtask",
     "local_orchestrators",
     "orchestrator_factory",
+    "request_policies",
     "run_episode",
     "tasks_with_ids",
 ]

@@ -1,0 +1,76 @@
+"""The local model reading questions: P(task type | question) for the reader policy (agent/reader.py).
+
+A question is embedded as the mean of the model's last hidden state over its tokens; its type is the vote of
+its nearest calibration questions (a train split's questions, each with its type), by cosine. Read this way a
+135M model tells RouterBench's multiple-choice science, Python and fill-in-the-blank questions apart for 99 of
+100 test questions, with no training (docs/results.md, "Generalization: the reader").
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+NEIGHBOURS = 10  # calibration questions that vote on a question's task type
+MAX_QUESTION_TOKENS = 256  # what the reader embeds of a question: its start says what kind of task it is
+
+
+class QuestionReader:
+    """P(task type | question) from the orchestrator model: the share of the question's `NEIGHBOURS` nearest
+    calibration questions (cosine of the model's mean last hidden state) that are of each type."""
+
+    def __init__(self, model: str = "smollm2-135m") -> None:
+        self.model_name = model
+        self._loaded: tuple[Any, Any] | None = None
+        self._calibration: torch.Tensor | None = None
+        self._types: list[str] = []
+
+    def calibrate(self, questions: Sequence[str], types: Sequence[str]) -> None:
+        """Embed the calibration questions, each with its task type (a train split's questions)."""
+        if len(questions) != len(types) or not questions:
+            raise ValueError(f"calibrate: {len(questions)} questions and {len(types)} types; need as many, >0")
+        self._calibration = self.embed(questions)
+        self._types = list(types)
+
+    def posteriors(self, questions: Sequence[str]) -> list[dict[str, float]]:
+        """P(type | question) for each question."""
+        if self._calibration is None:
+            raise ValueError("QuestionReader.posteriors before calibrate")
+        similarity = self.embed(questions) @ self._calibration.T
+        nearest = similarity.topk(min(NEIGHBOURS, similarity.shape[1]), dim=1).indices.tolist()
+        out = []
+        for row in nearest:
+            votes = Counter(self._types[index] for index in row)
+            out.append({subset: count / len(row) for subset, count in votes.items()})
+        return out
+
+    def embed(self, questions: Sequence[str], batch_size: int = 8) -> torch.Tensor:
+        """Unit vectors: the mean of the model's last hidden state over each question's tokens."""
+        import torch
+
+        model, tokenizer = self._model()
+        ids = tokenizer(list(questions), truncation=True, max_length=MAX_QUESTION_TOKENS)["input_ids"]
+        order = sorted(range(len(ids)), key=lambda index: len(ids[index]))  # batches of like length pad little
+        vectors = torch.empty(len(ids), model.config.hidden_size)
+        with torch.inference_mode():
+            for start in range(0, len(order), batch_size):
+                rows = order[start : start + batch_size]
+                batch = tokenizer.pad({"input_ids": [ids[row] for row in rows]}, return_tensors="pt")
+                hidden = model.model(**batch).last_hidden_state
+                mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+                mean = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1)
+                vectors[rows] = torch.nn.functional.normalize(mean.float(), dim=-1)
+        return vectors
+
+    def _model(self) -> tuple[Any, Any]:
+        if self._loaded is None:
+            from toolorchestra.backends.local import load_hf_model
+
+            model, tokenizer = load_hf_model(self.model_name)
+            tokenizer.padding_side = "right"  # a causal model: pads after a question leave its states as they are
+            self._loaded = (model, tokenizer)
+        return self._loaded

@@ -1,0 +1,103 @@
+"""The reader policy (agent/reader.py, `--policy reader`): decisions from the offered labels' prices and
+profiles, never their names, with the embedded SmolLM2 reading each question's task type."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from toolorchestra.agent.preference import Preference
+from toolorchestra.agent.reader import Offer, choose, expected_rewards, offers, p_right
+from toolorchestra.bench.eval import EvalRequest, run_eval
+from toolorchestra.catalog.schema import ModelProfile, Price
+from toolorchestra.envs.replay.world import DirectoryWorldEnv
+from toolorchestra.errors import UserError
+
+ACCURACY = Preference.parse("accuracy").weights()
+COST = Preference.parse("cost").weights()
+
+
+def offer(label: str, per_call: float, algebra: float, history: float) -> Offer:
+    profile = ModelProfile(n=40, accuracy={"algebra": algebra, "history": history}, output_tokens=20)
+    return Offer("answer", label, Price(per_call=per_call), 1.0, profile)
+
+
+def test_the_decision_reads_numbers_not_names():
+    pool = [offer("a", 0.001, 0.9, 0.3), offer("b", 0.001, 0.3, 0.9), offer("c", 0.002, 0.8, 0.8)]
+    algebra, history = {"algebra": 1.0}, {"history": 1.0}
+    assert choose(pool, algebra, 50, ACCURACY).label == "a"
+    assert choose(pool, history, 50, ACCURACY).label == "b"
+    renamed = [Offer(o.tool, f"zz-{index}", o.price, o.latency_s, o.profile) for index, o in enumerate(pool)]
+    assert choose(renamed, algebra, 50, ACCURACY).label == "zz-0"
+    assert choose(list(reversed(pool)), history, 50, ACCURACY).label == "b"  # the order offered does not matter
+    assert p_right(pool[2], {"algebra": 0.5, "history": 0.5}) == pytest.approx(0.8)
+    assert p_right(pool[0], {"algebra": 0.25, "history": 0.75}) == pytest.approx(0.45)
+    assert p_right(pool[0], {"geometry": 1.0}) == pytest.approx(0.6)  # a type it was not measured on: its mean
+
+
+def test_prices_move_the_decision():
+    pool = [offer("a", 0.001, 0.9, 0.3), offer("c", 0.002, 0.8, 0.8)]
+    assert choose(pool, {"algebra": 1.0}, 50, COST).label == "a"
+    dear = [offer("a", 0.1, 0.9, 0.3), pool[1]]  # a at 100x: cost preference moves to c, accuracy stays
+    assert choose(dear, {"algebra": 1.0}, 50, COST).label == "c"
+    assert choose(dear, {"algebra": 1.0}, 50, ACCURACY).label == "a"
+    same = [offer("x", 0.01, 0.8, 0.8), offer("y", 0.001, 0.8, 0.8)]
+    assert choose(same, {"algebra": 1.0}, 50, ACCURACY).label == "y"  # equal accuracy: the cheaper (cost floor)
+    rewards = expected_rewards(same, {"algebra": 1.0}, 50, ACCURACY)
+    assert rewards[1] > rewards[0]
+
+
+def test_labels_without_profiles_are_named(tmp_path):
+    env = DirectoryWorldEnv(write_typed_world(tmp_path / "w"))
+    with pytest.raises(UserError, match=r"reader: labels \['generalist', 'histo', 'mathy'\] have no capability profile"):
+        offers(env.tools_for(env.tasks("test")[0]))
+
+
+EVENTS = ["the war of the roses", "the hundred years war", "the thirty years war", "the cold war", "the siege of troy"]
+
+
+def write_typed_world(root: Path, count: int = 60) -> Path:
+    """A replay world whose question text says its type: sums (algebra) and dates (history). mathy is right on
+    every sum and on 1 in 5 dates, histo the reverse, generalist on 4 in 5 of both at twice the price."""
+    rows: dict[str, list[dict]] = {"mathy": [], "histo": [], "generalist": []}
+    questions = []
+    for i in range(count):
+        subset = "algebra" if (i // 2) % 2 == 0 else "history"
+        problem = (f"Compute {i} + {3 * i} and write the sum as a number." if subset == "algebra"
+                   else f"In which year did {EVENTS[i % len(EVENTS)]} end? Name the year only.")
+        questions.append({"id": i, "problem": problem, "answer": str(i), "subset": subset})
+        right = {"mathy": subset == "algebra" or i % 5 == 0, "histo": subset == "history" or i % 5 == 0,
+                 "generalist": i % 5 != 0}
+        for model, correct in right.items():
+            rows[model].append({"id": i, "response": str(i) if correct else "no", "correct": correct,
+                                "cost_usd": 0.002 if model == "generalist" else 0.001, "latency_s": 1.0})
+    (root / "models").mkdir(parents=True)
+    (root / "questions.jsonl").write_text("".join(json.dumps(q) + "\n" for q in questions))
+    for model, answers in rows.items():
+        (root / "models" / f"{model}.jsonl").write_text("".join(json.dumps(a) + "\n" for a in answers))
+    return root
+
+
+def test_reader_reads_the_question_and_the_pool(tmp_path):
+    """The real SmolLM2 places each test question by its type; renamed labels change nothing; a price change
+    under the cost preference moves the sums to the generalist."""
+    env_name = f"replay:{write_typed_world(tmp_path / 'world')}"
+
+    def run(out: str, **options) -> tuple[dict, dict[str, str]]:
+        metrics = run_eval(EvalRequest(env=env_name, policy="reader", out=tmp_path / out, progress=False,
+                                       **options))
+        lines = (tmp_path / out / "trajectories.jsonl").read_text().splitlines()
+        return metrics, {row["task_id"]: row["answered_by"] for row in map(json.loads, lines)}
+
+    metrics, chosen = run("accuracy", prefer="accuracy")
+    env = DirectoryWorldEnv(Path(env_name.split(":", 1)[1]))
+    expected = {task.id: "mathy" if task.subtask == "algebra" else "histo" for task in env.tasks("test")}
+    assert chosen == expected
+    assert metrics["accuracy"] == 1.0 and metrics["profiles"] == "train"
+    _, renamed = run("renamed", prefer="accuracy", rename_labels=5)
+    assert renamed == chosen
+    _, dear = run("dear", prefer="cost", price_scale={"mathy": 100.0})
+    assert {dear[task_id] for task_id, model in expected.items() if model == "mathy"} == {"generalist"}
+    assert {dear[task_id] for task_id, model in expected.items() if model == "histo"} == {"histo"}
