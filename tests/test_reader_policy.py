@@ -101,3 +101,19 @@ def test_reader_reads_the_question_and_the_pool(tmp_path):
     _, dear = run("dear", prefer="cost", price_scale={"mathy": 100.0})
     assert {dear[task_id] for task_id, model in expected.items() if model == "mathy"} == {"generalist"}
     assert {dear[task_id] for task_id, model in expected.items() if model == "histo"} == {"histo"}
+
+
+def test_question_vectors_are_read_once_per_model(tmp_path, monkeypatch):
+    import torch
+
+    from toolorchestra.backends.question_reader import QuestionReader
+
+    monkeypatch.setattr(QuestionReader, "_cache_path", lambda self: tmp_path / "vectors.pt")
+    first = QuestionReader().embed(["Compute 2 + 5.", "In which year did the cold war end?"])
+    assert torch.allclose(first.norm(dim=1), torch.ones(2))
+    again = QuestionReader()
+    vectors = again.embed(["In which year did the cold war end?", "Compute 2 + 5."])
+    assert again._loaded is None  # both came from the file: the model was not even loaded
+    assert torch.equal(vectors, first.flip(0))
+    (tmp_path / "vectors.pt").write_text("torn")
+    assert torch.allclose(QuestionReader().embed(["Compute 2 + 5."]), first[:1], atol=1e-5)  # a bad file: read again

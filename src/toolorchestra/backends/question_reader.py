@@ -8,8 +8,11 @@ its nearest calibration questions (a train split's questions, each with its type
 
 from __future__ import annotations
 
+import hashlib
+import os
 from collections import Counter
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -49,11 +52,25 @@ class QuestionReader:
         return out
 
     def embed(self, questions: Sequence[str], batch_size: int = 8) -> torch.Tensor:
-        """Unit vectors: the mean of the model's last hidden state over each question's tokens."""
+        """Unit vectors: the mean of the model's last hidden state over each question's tokens. Vectors are kept
+        on disk per model (`_cache_path`), so a question is read once however many runs ask about it."""
+        import torch
+
+        keys = [hashlib.sha1(question.encode()).hexdigest() for question in questions]
+        cache = self._read_cache()
+        unread = dict(zip(keys, questions, strict=True))
+        unread = {key: question for key, question in unread.items() if key not in cache}
+        if unread:
+            computed = self._compute(list(unread.values()), batch_size)
+            cache.update(zip(unread, computed, strict=True))
+            self._write_cache(cache)
+        return torch.stack([cache[key] for key in keys])
+
+    def _compute(self, questions: list[str], batch_size: int) -> torch.Tensor:
         import torch
 
         model, tokenizer = self._model()
-        ids = tokenizer(list(questions), truncation=True, max_length=MAX_QUESTION_TOKENS)["input_ids"]
+        ids = tokenizer(questions, truncation=True, max_length=MAX_QUESTION_TOKENS)["input_ids"]
         order = sorted(range(len(ids)), key=lambda index: len(ids[index]))  # batches of like length pad little
         vectors = torch.empty(len(ids), model.config.hidden_size)
         with torch.inference_mode():
@@ -65,6 +82,37 @@ class QuestionReader:
                 mean = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1)
                 vectors[rows] = torch.nn.functional.normalize(mean.float(), dim=-1)
         return vectors
+
+    def _cache_path(self) -> Path:
+        """One file per model: its resolved weights (path and modification times) and the reading rule."""
+        from toolorchestra.backends.local import cache_dir, resolve_model_dir
+
+        model_dir = resolve_model_dir(self.model_name)
+        stamps = sorted(f"{path.name}:{path.stat().st_mtime_ns}" for path in model_dir.glob("*.safetensors"))
+        identity = f"{model_dir.resolve()}|{'|'.join(stamps)}|mean-last-hidden|{MAX_QUESTION_TOKENS}"
+        name = f"{Path(self.model_name).name}-{hashlib.sha1(identity.encode()).hexdigest()[:16]}.pt"
+        return cache_dir() / "question-embeddings" / name
+
+    def _read_cache(self) -> dict[str, torch.Tensor]:
+        import torch
+
+        path = self._cache_path()
+        if not path.is_file():
+            return {}
+        try:
+            stored = torch.load(path, weights_only=True)
+            return dict(zip(stored["keys"], stored["vectors"], strict=True))
+        except Exception:  # a torn or foreign file: read the questions again, and overwrite it
+            return {}
+
+    def _write_cache(self, cache: dict[str, torch.Tensor]) -> None:
+        import torch
+
+        path = self._cache_path()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        staging = path.with_suffix(f".{os.getpid()}.tmp")
+        torch.save({"keys": list(cache), "vectors": torch.stack(list(cache.values()))}, staging)
+        os.replace(staging, path)  # concurrent runs: the last writer wins, and nothing is read half-written
 
     def _model(self) -> tuple[Any, Any]:
         if self._loaded is None:
