@@ -17,10 +17,11 @@ Per row:
   the raw `<model>|total_cost` cells:
   * with the eval dir's trajectories.jsonl beside it: the sum over every model call of the episode
     (tool steps with a model and no error) plus the recorded cost of the orchestrator's own turns;
-  * without: for a one-call policy (single, random, cheapest, per-subtask, router, oracle) the raw cost
-    of `model`; for others (cascade, orchestrator) `cost_usd` must be at least that (other calls are
+  * without: for a one-call policy (single, random, cheapest, per-subtask, router, oracle, reader) the
+    raw cost of `model`; for others (cascade, orchestrator) `cost_usd` must be at least that (other calls are
     not in decisions.csv) and is counted as not recomputed.
-  A label must always name the same model; single:MODEL must be answered by MODEL.
+  A run with `price_scale` in its run.json (`eval --price-scale`, a model or its label) has that model's raw
+  costs multiplied by its factor. A label must always name the same model; single:MODEL must be answered by MODEL.
 - FRAMES: the task id is a question id of the split (odd ids test, even train); when `model` is set,
   `correct` must equal the raw grading of `frames/models/<model>.jsonl` (A = correct). Cost is priced
   from tokens by the env and is reported as recorded, not recomputed.
@@ -49,7 +50,7 @@ from pathlib import Path
 
 COLUMNS = ["task_id", "preference", "label", "model", "correct", "cost_usd", "latency_s"]
 ROUTERBENCH_SUBSETS = ("arc_challenge", "mbpp", "winogrande")
-ONE_CALL = {"single", "random", "cheapest", "per-subtask", "router", "oracle"}
+ONE_CALL = {"single", "random", "cheapest", "per-subtask", "router", "oracle", "reader"}
 MAX_MESSAGES = 12  # per checked file
 
 
@@ -154,7 +155,14 @@ def safe(policy: str) -> str:
 
 
 def targets(metrics_path: Path) -> list[dict]:
-    """(decisions file, policy, env, split, {preference: metrics entry}) of one metrics.json."""
+    """(decisions file, policy, env, split, {preference: metrics entry}, price factors) of one metrics.json."""
+    folder = metrics_path.parent
+    run = json.loads((folder / "run.json").read_text()) if (folder / "run.json").is_file() else {}
+    factors = {str(model): float(factor) for model, factor in (run.get("price_scale") or {}).items()}
+    return [{**target, "price_scale": factors} for target in _targets(metrics_path)]
+
+
+def _targets(metrics_path: Path) -> list[dict]:
     metrics = json.loads(metrics_path.read_text())
     folder = metrics_path.parent
     if "by_preference" in metrics:
@@ -194,6 +202,7 @@ class Checker:
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = data_dir
         self._raw: dict[tuple[str, str], object] = {}
+        self.factors: dict[str, float] = {}
 
     def raw(self, env: str, split: str):
         world = str(env).split(":", 1)[-1]
@@ -232,6 +241,8 @@ class Checker:
             if row.get("label") and row.get("model"):
                 votes[row["label"]][row["model"]] += 1
         label_model = {label: counter.most_common(1)[0][0] for label, counter in votes.items()}
+        # --price-scale names a model or its label: each model's raw costs times its factor
+        self.factors = {label_model.get(name, name): factor for name, factor in target.get("price_scale", {}).items()}
         flagged: set[str] = set()
         for number, row in enumerate(rows, 2):
             before = len(problems)
@@ -310,7 +321,7 @@ class Checker:
                     if step["model"] not in record["cost"]:
                         problems.append(f"{where}: a call of unknown model {step['model']!r}")
                         return
-                    total += record["cost"][step["model"]]
+                    total += record["cost"][step["model"]] * self.factors.get(step["model"], 1.0)
                 elif step.get("kind") != "tool":
                     total += float(step.get("cost_usd") or 0.0)  # the orchestrator's own turns: as recorded
             checked["raw_cost"] = total
@@ -318,10 +329,10 @@ class Checker:
             if not model:
                 problems.append(f"{where}: {kind} answers with one model call, but no model is named")
                 return
-            checked["raw_cost"] = record["cost"][model]
-        elif model and checked["cost"] < record["cost"][model] - 1e-9:
+            checked["raw_cost"] = record["cost"][model] * self.factors.get(model, 1.0)
+        elif model and checked["cost"] < record["cost"][model] * self.factors.get(model, 1.0) - 1e-9:
             problems.append(f"{where}: cost_usd {checked['cost']!r} is below the raw cost "
-                            f"{record['cost'][model]!r} of its answer call ({model})")
+                            f"{record['cost'][model] * self.factors.get(model, 1.0)!r} of its answer call ({model})")
         if checked["raw_cost"] is not None and not close(checked["raw_cost"], checked["cost"]):
             problems.append(f"{where}: cost_usd {checked['cost']!r}, raw {checked['raw_cost']!r}")
 

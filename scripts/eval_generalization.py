@@ -69,7 +69,7 @@ def single_policies() -> list[str]:
     return [f"single:{model}" for model in make_env(ENV).models()]
 
 
-def run_eval(policy: str, out: Path, extra: list[str], limit: int, prefer: str) -> None:
+def run_eval(policy: str, out: Path, extra: list[str], limit: int, prefer: str, profiles: Path | None = None) -> None:
     if (out / "metrics.json").is_file():
         return
     command = [CLI, "eval", "--env", ENV, "--split", "test", "--limit", str(limit), "--policy", policy,
@@ -78,6 +78,8 @@ def run_eval(policy: str, out: Path, extra: list[str], limit: int, prefer: str) 
         command += ["--prefer", prefer, *ORCHESTRATOR_FLAGS]
     elif policy.startswith("reader"):
         command += ["--prefer", prefer]
+    if profiles is not None and not policy.startswith(("single:", *BASELINES)):
+        command += ["--profiles", str(profiles)]
     print("$", " ".join(command), flush=True)
     subprocess.run(command, check=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.DEVNULL)
 
@@ -108,6 +110,8 @@ def main() -> int:
     chosen_policy.add_argument("--policy", help="another policy under test, e.g. reader (agent/reader.py)")
     parser.add_argument("--limit", type=int, default=945, help="the first N routerbench test tasks")
     parser.add_argument("--prefer", default="accuracy")
+    parser.add_argument("--profiles", type=Path, help="the profiles the policy under test is shown (a file of "
+                        "`toolorchestra profile`; default: eval's, 50 train questions per subset)")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--conditions", default="catalog,renamed,gpt4-x0.05,yi34b-x20,permuted",
                         help="comma-separated subset of the conditions to run")
@@ -119,6 +123,8 @@ def main() -> int:
     else:
         orchestrator = args.policy
         mine_dir = args.policy.replace(":", "-").replace("/", "-")
+    if args.profiles is not None:
+        mine_dir += f"-profiles-{args.profiles.stem}"
     lines = [f"# Generalization of {orchestrator} on the first {args.limit} routerbench test tasks "
              f"(--prefer {args.prefer})", "", "| condition | orchestrator accuracy | total $ | dominated by |",
              "| --- | --- | --- | --- |"]
@@ -127,7 +133,7 @@ def main() -> int:
         if name not in chosen:
             continue
         folder = args.out / name
-        run_eval(orchestrator, folder / mine_dir, extra, args.limit, args.prefer)
+        run_eval(orchestrator, folder / mine_dir, extra, args.limit, args.prefer, args.profiles)
         if name == "renamed":
             continue  # baselines choose models, not labels: the catalog condition's baselines stand
         for policy in [*single_policies(), *BASELINES]:

@@ -176,3 +176,21 @@ def test_checker_on_frames_grades_from_the_raw_model_files(tmp_path):
     result = _check(tmp_path / "single")
     assert result.returncode == 1 and f"{wrong['task_id']}: correct=1 but" in result.stdout
     assert "raw grading is 'B'" in result.stdout or "raw grading is 'C'" in result.stdout
+
+
+def test_checker_applies_the_runs_price_scale(tmp_path):
+    """A run with --price-scale (named by label) is checked against raw costs times the factor; a checker that
+    ignored run.json's factors would call every gpt-4 row's cost wrong."""
+    if not DATA.exists():
+        pytest.skip(f"shared data not found at {DATA}")
+    out = tmp_path / "scaled"
+    run_eval(EvalRequest(env="replay:routerbench", policy=f"single:{GPT4}", out=out, limit=20, data_dir=DATA,
+                         progress=False, price_scale={"gpt-4": 0.05}))
+    result = _check(out)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "20/20" in result.stdout  # every row's cost recomputed from the raw cells
+    run = json.loads((out / "run.json").read_text())
+    run["price_scale"] = {"gpt-4": 0.5}
+    (out / "run.json").write_text(json.dumps(run))
+    result = _check(out)
+    assert result.returncode == 1 and "cost_usd" in result.stdout

@@ -442,7 +442,7 @@ class ReaderPolicy(Policy):
         if not unread:
             return
         self._calibrate()
-        for task, posterior in zip(unread, self.reader.posteriors([_question(task) for task in unread]), strict=True):
+        for task, posterior in zip(unread, self.reader.posteriors([question_text(task) for task in unread]), strict=True):
             self._posteriors[task.id] = posterior
 
     def _calibrate(self) -> None:
@@ -460,7 +460,7 @@ class ReaderPolicy(Policy):
                 f"--policy {self.name}: env {self.env.name!r} has no train split with two or more task types to "
                 "calibrate the question reader on; give every label a profile of one type (e.g. `all`)"
             )
-        self.reader.calibrate([_question(task) for task in sample], [str(task.subtask) for task in sample])
+        self.reader.calibrate([question_text(task) for task in sample], [str(task.subtask) for task in sample])
         self._calibrated = True
 
     async def run(self, task: Task, tools: list[Tool]) -> Trajectory:
@@ -482,7 +482,7 @@ class ReaderPolicy(Policy):
         return episode.finish()
 
 
-def _question(task: Task) -> str:
+def question_text(task: Task) -> str:
     """What the orchestrator is shown of a task: its question without few-shot exemplars where it has one."""
     return str(task.meta.get("query") or task.prompt)
 
