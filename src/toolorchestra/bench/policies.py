@@ -442,7 +442,8 @@ class ReaderPolicy(Policy):
         if not unread:
             return
         self._calibrate()
-        for task, posterior in zip(unread, self.reader.posteriors([question_text(task) for task in unread]), strict=True):
+        posteriors = self.reader.posteriors([question_text(task) for task in unread])
+        for task, posterior in zip(unread, posteriors, strict=True):
             self._posteriors[task.id] = posterior
 
     def _calibrate(self) -> None:
