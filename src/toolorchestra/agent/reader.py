@@ -11,7 +11,7 @@ own embedding space), which gives P(type | question). Then, per label:
 
 and the call goes to the label with the highest expected ToolOrchestra reward under the user's preference
 (`reward.expected_group_rewards`, the same expectation the counterfactual recipe trains towards), with the
-cost floor the shipped recipes train with, so ties in accuracy go to the cheaper label.
+cost floor the shipped recipes train with, so a much cheaper label wins over a slightly more accurate one.
 
 Why a decision rule and not a generated label: a 135M model trained to pick a row of a price-and-profile
 table learned a prior over rows, not to read the numbers (docs/results.md, "Generalization: an orchestrator
@@ -30,7 +30,10 @@ from toolorchestra.errors import UserError
 from toolorchestra.reward import expected_group_rewards, with_cost_floor
 from toolorchestra.tools.base import Tool
 
-COST_FLOOR = 0.1  # the floor the shipped recipes train with (reward.with_cost_floor): accuracy first, then dollars
+# The cost weight the shipped recipes train with at least (reward.with_cost_floor). Under the accuracy
+# preference it makes a much cheaper label win when its chance of being right is within about a tenth of the
+# best one's (the cost feature is min-max normalized over the offered labels).
+COST_FLOOR = 0.1
 
 
 @dataclass(frozen=True)
