@@ -195,3 +195,22 @@ def test_every_shipped_orchestrator_has_a_card_and_its_stages_configs_are_pinned
         for stage in (meta.get("training") or {}).get("stages", []):
             assert stage["config_file"] in pinned, (name, stage["config_file"])
             assert (root / stage["config_file"]).is_file()
+
+
+def test_an_adapter_trained_on_unconstrained_calls_is_loaded_that_way(tmp_path) -> None:
+    """orchestrator.json `decoding` sets how an adapter loaded by name writes calls; a catalog setting wins."""
+    from toolorchestra.backends.local import LocalBackend
+    from toolorchestra.catalog.schema import LocalBackendSpec
+
+    assert adapters.find_orchestrator("smollm2-135m-toolscale").guided_tool_calls is False
+    assert adapters.find_orchestrator("smollm2-135m-orchestrator").guided_tool_calls is True  # no `decoding`: guided
+    assert LocalBackend(LocalBackendSpec(path="smollm2-135m-toolscale")).guided_tool_calls is False
+    assert LocalBackend(LocalBackendSpec(path="smollm2-135m-toolscale", guided_tool_calls=True)).guided_tool_calls
+    assert LocalBackend(LocalBackendSpec(path="smollm2-135m")).guided_tool_calls  # a base model: guided
+    folder = tmp_path / "exported"
+    folder.mkdir()
+    for name in adapters.ADAPTER_FILES:
+        (folder / name).write_text("{}")
+    (folder / adapters.META_FILE).write_text('{"base_model": "smollm2-135m", "decoding": {"guided_tool_calls": false}}')
+    assert adapters.guided_tool_calls(str(folder), None) is False
+    assert adapters.guided_tool_calls(str(folder), True) is True

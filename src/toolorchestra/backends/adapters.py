@@ -31,6 +31,7 @@ class ShippedOrchestrator:
     folder: Path
     base: str  # the base model reference, e.g. smollm2-135m
     profiles: bool = False  # its prompt shows the labels' capability profiles (orchestrator.json "prompt")
+    guided_tool_calls: bool = True  # it writes calls under schema-guided decoding (orchestrator.json "decoding")
 
     def cache_name(self) -> str:
         """A cache dir name that changes when the adapter does."""
@@ -50,13 +51,20 @@ def read_orchestrator(folder: Path) -> ShippedOrchestrator | None:
     try:
         meta = json.loads(meta_path.read_text())
         prompt = meta.get("prompt") or {}
+        decoding = meta.get("decoding") or {}
         base = str(meta["base_model"])
     except (json.JSONDecodeError, KeyError, AttributeError) as error:
         raise UserError(
             f"{meta_path}: not an orchestrator.json as export-orchestrator writes it (a JSON object with "
             f"base_model): {error}"
         ) from None
-    return ShippedOrchestrator(folder.name, folder, base, profiles=bool(prompt.get("profiles", False)))
+    return ShippedOrchestrator(
+        folder.name,
+        folder,
+        base,
+        profiles=bool(prompt.get("profiles", False)),
+        guided_tool_calls=bool(decoding.get("guided_tool_calls", True)),
+    )
 
 
 def shipped_orchestrators() -> dict[str, ShippedOrchestrator]:
@@ -68,6 +76,16 @@ def shipped_orchestrators() -> dict[str, ShippedOrchestrator]:
         if orchestrator is not None:
             found[folder.name] = orchestrator
     return found
+
+
+def guided_tool_calls(path: str, setting: bool | None) -> bool:
+    """Whether a local model at `path` decodes tool calls under its tools' schemas: `setting` (the catalog's
+    `guided_tool_calls`) when given, else as the shipped orchestrator at `path` was trained (an adapter trained on
+    unconstrained calls says so in its orchestrator.json), else true."""
+    if setting is not None:
+        return setting
+    shipped = find_orchestrator(path)
+    return True if shipped is None else shipped.guided_tool_calls
 
 
 def find_orchestrator(reference: str) -> ShippedOrchestrator | None:

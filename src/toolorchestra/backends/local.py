@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from toolorchestra.backends.adapters import ShippedOrchestrator, find_orchestrator
+from toolorchestra.backends.adapters import ShippedOrchestrator, find_orchestrator, guided_tool_calls
 from toolorchestra.backends.base import Backend, Completion, Message, ToolCall, Usage
 from toolorchestra.backends.toolcalls import parse_tool_calls, to_plain_messages
 from toolorchestra.catalog.schema import LocalBackendSpec
@@ -477,6 +477,7 @@ class LocalBackend(Backend):
     def __init__(self, spec: LocalBackendSpec | None = None, *, reasoning_tokens: int | None = None) -> None:
         self.spec = spec or LocalBackendSpec()
         self.name = f"local:{self.spec.path}"
+        self.guided_tool_calls = guided_tool_calls(self.spec.path, self.spec.guided_tool_calls)
         # Free text allowed before a guided call; 0 forces the call at once.
         self.reasoning_tokens = DEFAULT_REASONING_TOKENS if reasoning_tokens is None else reasoning_tokens
         self._batchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopBatcher] = weakref.WeakKeyDictionary()
@@ -730,7 +731,7 @@ class LocalBackend(Backend):
         plain = to_plain_messages(request.messages, request.tools)
         text = loaded.tokenizer.apply_chat_template(plain, tokenize=False, add_generation_prompt=True)
         prompt_ids = list(loaded.tokenizer(text, add_special_tokens=False)["input_ids"])
-        guided = bool(request.tools) and self.spec.guided_tool_calls
+        guided = bool(request.tools) and self.guided_tool_calls
         return _Prepared(request, prompt_ids, guided, loaded.system_tokens(plain, str(text), prompt_ids))
 
     def _completion(self, loaded: _LoadedModel, item: _Prepared, generated: list[int]) -> Completion:

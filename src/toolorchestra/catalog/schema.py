@@ -72,7 +72,11 @@ class LocalBackendSpec(_Strict):
     dtype: Literal["float32", "bfloat16", "float16", "auto"] = "float32"
     device: str = "cpu"
     max_batch_size: int = Field(8, ge=1)
-    guided_tool_calls: bool = Field(True, description="constrain tool calls to the tools' JSON schemas with xgrammar")
+    guided_tool_calls: bool | None = Field(
+        None,
+        description="constrain tool calls to the tools' JSON schemas with xgrammar; unset: as the shipped orchestrator "
+        "named by `path` was trained to write them (its orchestrator.json `decoding`), else true",
+    )
     jump_forward: bool = Field(
         True,
         description="greedy guided calls: decode the text the grammar forces in one forward pass, checked token by "

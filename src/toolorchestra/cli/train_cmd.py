@@ -60,6 +60,12 @@ def register(app: typer.Typer) -> None:
             "src/toolorchestra/data/orchestrators/NAME (then loadable by NAME)",
         ),
         card: Path | None = typer.Option(None, "--card", help="a Markdown model card to ship as README.md"),
+        guided_calls: bool = typer.Option(
+            True,
+            "--guided-calls/--unguided-calls",
+            help="how the adapter writes tool calls when loaded by name: under schema-guided decoding (the default) "
+            "or unconstrained, as a recipe that trained on unconstrained calls needs (orchestrator.json decoding)",
+        ),
     ) -> None:
         """Write a checkpoint's LoRA adapter as a shipped orchestrator (peft format + orchestrator.json)."""
         from rich.console import Console
@@ -69,6 +75,11 @@ def register(app: typer.Typer) -> None:
 
         if card is not None and not card.is_file():
             raise UserError(f"--card {card}: file not found")
-        written = export_adapter(checkpoint, out, card=card.read_text() if card else None)
+        written = export_adapter(
+            checkpoint,
+            out,
+            card=card.read_text() if card else None,
+            extra={"decoding": {"guided_tool_calls": guided_calls}},
+        )
         size = sum(path.stat().st_size for path in written.iterdir())
         Console(stderr=True).print(f"wrote {written} ({size / 1e6:.1f} MB)")

@@ -107,8 +107,10 @@ def tau2_tool_calls(calls: list[ToolCall]) -> list[Tau2ToolCall]:
 def writes_text_with_tools(spec: ModelSpec) -> bool:
     """Whether the model can answer in plain text while tools are offered. A local model with guided tool
     calls cannot: its grammar ends every turn in a call."""
+    from toolorchestra.backends.adapters import guided_tool_calls
+
     backend = spec.backend
-    return not (backend.type == "local" and backend.guided_tool_calls)
+    return not (backend.type == "local" and guided_tool_calls(backend.path, backend.guided_tool_calls))
 
 
 def respond_schema() -> dict[str, Any]:
