@@ -117,3 +117,24 @@ def test_question_vectors_are_read_once_per_model(tmp_path, monkeypatch):
     assert torch.equal(vectors, first.flip(0))
     (tmp_path / "vectors.pt").write_text("torn")
     assert torch.allclose(QuestionReader().embed(["Compute 2 + 5."]), first[:1], atol=1e-5)  # a bad file: read again
+
+
+def test_episodes_read_unprepared_questions_concurrently(tmp_path):
+    """Without `prepare` (a caller that runs episodes directly), concurrent episodes read their own questions."""
+    import asyncio
+
+    from toolorchestra.bench.policies import ReaderPolicy
+    from toolorchestra.envs.replay.profiles import measure_profiles
+
+    env = DirectoryWorldEnv(write_typed_world(tmp_path / "world"))
+    env.show_profiles(measure_profiles(env, "train"))
+    policy = ReaderPolicy("reader", env, Preference.parse("accuracy"))
+    tasks = env.tasks("test")[:8]
+
+    async def play() -> list:
+        return await asyncio.gather(*(policy.run(task, env.tools_for(task)) for task in tasks))
+
+    trajectories = asyncio.run(play())
+    assert [trajectory.answered_by for trajectory in trajectories] == [
+        "mathy" if task.subtask == "algebra" else "histo" for task in tasks
+    ]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -435,16 +436,18 @@ class ReaderPolicy(Policy):
         self.reader = QuestionReader(model)
         self._calibrated = False
         self._posteriors: dict[str, dict[str, float]] = {}
+        self._reading = threading.Lock()  # one reader pass at a time (episodes read unprepared questions in threads)
 
     def prepare(self, tasks: Sequence[Task]) -> None:
         """Read every question to run in one batched pass of the reader model (and calibrate it first)."""
-        unread = [task for task in tasks if task.id not in self._posteriors]
-        if not unread:
-            return
-        self._calibrate()
-        posteriors = self.reader.posteriors([question_text(task) for task in unread])
-        for task, posterior in zip(unread, posteriors, strict=True):
-            self._posteriors[task.id] = posterior
+        with self._reading:
+            unread = [task for task in tasks if task.id not in self._posteriors]
+            if not unread:
+                return
+            self._calibrate()
+            posteriors = self.reader.posteriors([question_text(task) for task in unread])
+            for task, posterior in zip(unread, posteriors, strict=True):
+                self._posteriors[task.id] = posterior
 
     def _calibrate(self) -> None:
         if self._calibrated:
