@@ -178,3 +178,33 @@ def test_unit_check_trajectories_rules() -> None:
                          stop_reason="error")
     with pytest.raises(TrainingError, match="orchestrator failed: boom"):
         check_trajectories([crashed], step=1)
+
+
+def _resident_mb() -> float:
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmRSS")) / 1024
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads the resident size from /proc")
+def test_freed_heap_memory_goes_back_to_the_system_after_a_step() -> None:
+    """Heap chunks freed between live ones stay resident under glibc until malloc_trim; the trainer calls it
+    after every optimizer step (a ToolScale SFT run grew to 15 GB without it)."""
+    import ctypes
+    import ctypes.util
+
+    from toolorchestra.train.trainer import return_freed_memory
+
+    libc = ctypes.CDLL(ctypes.util.find_library("c"))
+    libc.malloc.restype = ctypes.c_void_p
+    libc.free.argtypes = [ctypes.c_void_p]
+    chunks = [libc.malloc(16 * 1024) for _ in range(20_000)]  # 320 MB of heap chunks, below the mmap threshold
+    for chunk in chunks:
+        ctypes.memset(chunk, 1, 16 * 1024)
+    for index, chunk in enumerate(chunks):
+        if index % 100:
+            libc.free(chunk)  # every 100th stays live, so the heap cannot simply shrink from its top
+    held = _resident_mb()
+    assert return_freed_memory()
+    assert _resident_mb() < held - 150
+    for chunk in chunks[::100]:
+        libc.free(chunk)

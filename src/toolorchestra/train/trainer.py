@@ -11,6 +11,9 @@ trainer only through its public interface: `config`, `env`, `tasks`, `policy`, `
 from __future__ import annotations
 
 import copy
+import ctypes
+import ctypes.util
+import functools
 import json
 import random
 import time
@@ -156,6 +159,29 @@ def _load_adapter_weights(adapter: Path, model: Any) -> None:
         raise ValueError(f"adapter lacks trainable weights of the policy, e.g. {uncovered[:3]}")
 
 
+@functools.cache
+def _malloc_trim() -> Any:
+    """glibc's malloc_trim, or None where the C library has none (macOS, musl)."""
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
+def return_freed_memory() -> bool:
+    """Hand the C heap's free pages back to the operating system after a step; True where that was possible.
+
+    A step frees activations and caches of many sizes (a ToolScale prompt is 3-7k tokens), and glibc keeps
+    freed heap memory for reuse, fragmented. Without this the resident size of the ToolScale SFT run grew from
+    4.7 GB to 8.8 GB in its first 7 steps and to 15 GB over 100; calling malloc_trim(0) in that process took it
+    from 7.9 GB to 3.6 GB (2026-11-26)."""
+    trim = _malloc_trim()
+    if trim is None:
+        return False
+    trim(0)
+    return True
+
+
 class Trainer:
     def __init__(
         self,
@@ -259,6 +285,7 @@ class Trainer:
         optimizer = optimizer if optimizer is not None else self.optimizer
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        return_freed_memory()
         return float(grad_norm)
 
     # ---- one step -------------------------------------------------------------------------------
