@@ -138,3 +138,47 @@ def test_episodes_read_unprepared_questions_concurrently(tmp_path):
     assert [trajectory.answered_by for trajectory in trajectories] == [
         "mathy" if task.subtask == "algebra" else "histo" for task in tasks
     ]
+
+
+def test_a_plan_consults_a_cheap_label_and_escalates_when_it_commits_to_nothing():
+    from toolorchestra.agent.reader import Plan, PlanTable, choose_plan
+
+    def outcome_offer(label: str, per_call: float, letters: str) -> Offer:
+        outcomes = {str(index): letter for index, letter in enumerate(letters)}
+        right = sum(letter in "Rr" for letter in letters) / len(letters)
+        profile = ModelProfile(n=len(letters), accuracy={"all": right}, output_tokens=20, outcomes=outcomes)
+        return Offer("answer", label, Price(per_call=per_call), 1.0, profile)
+
+    shy = outcome_offer("shy", 0.001, "RRRRRnnnnn")  # right whenever it commits, silent on half
+    sure = outcome_offer("sure", 0.01, "RRRRWRRRRW")  # 0.8, always commits
+    pool = [shy, sure]
+    table = PlanTable(pool, {})
+    single, pair, handed = table.mixed({"all": 1.0})
+    assert list(single) == pytest.approx([0.5, 0.8]) and list(handed) == pytest.approx([0.5, 0.0])
+    assert pair[0, 1] == pytest.approx(0.9) and pair[1, 0] == pytest.approx(0.8)
+    assert choose_plan(pool, table, {"all": 1.0}, 50, ACCURACY, "expert") == Plan(shy, sure)
+    cheaper_sure = [shy, outcome_offer("sure", 0.0001, "RRRRWRRRRW")]  # now sure alone costs less than consulting
+    assert choose_plan(cheaper_sure, PlanTable(cheaper_sure, {}), {"all": 1.0}, 50, COST, "expert").fallback is None
+
+
+def test_reader_consults_and_adopts_or_escalates_in_a_replay_world(tmp_path):
+    root = tmp_path / "world"
+    (root / "models").mkdir(parents=True)
+    questions = [{"id": i, "problem": f"Compute {i} + {2 * i}.", "answer": str(3 * i)} for i in range(40)]
+    shy = [{"id": i, "response": str(3 * i) if i % 4 < 2 else "I don't know", "correct": i % 4 < 2,
+            "cost_usd": 0.001, "latency_s": 1.0} for i in range(40)]
+    sure = [{"id": i, "response": str(3 * i) if i % 5 else "7", "correct": bool(i % 5), "cost_usd": 0.01,
+             "latency_s": 1.0} for i in range(40)]
+    for name, rows in (("questions.jsonl", questions), ("models/shy.jsonl", shy), ("models/sure.jsonl", sure)):
+        (root / name).write_text("".join(json.dumps(row) + "\n" for row in rows))
+    metrics = run_eval(EvalRequest(env=f"replay:{root}", policy="reader", prefer="accuracy", out=tmp_path / "out",
+                                   progress=False))
+    episodes = [json.loads(line) for line in (tmp_path / "out" / "trajectories.jsonl").read_text().splitlines()]
+    for episode in episodes:
+        consulted = [step for step in episode["steps"] if step.get("name") == "expert"]
+        assert [step["model"] for step in consulted] == ["shy"]  # consult the cheap one first, every time
+        committed = int(episode["task_id"]) % 4 < 2
+        assert episode["answered_by"] == ("shy" if committed else "sure")
+        assert episode["cost_usd"] == pytest.approx(0.001 if committed else 0.011)  # an adopted answer is not paid twice
+    assert metrics["calls_per_tool"] == {"expert": 20, "answer": 20} and metrics["accuracy"] == pytest.approx(
+        sum(int(e["task_id"]) % 4 < 2 or int(e["task_id"]) % 5 != 0 for e in episodes) / len(episodes))

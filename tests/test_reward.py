@@ -130,3 +130,18 @@ def test_cost_scale_multiplies_the_stated_cost_weight_before_the_floor() -> None
     scaled = group_rewards(features, [True, True, False], with_cost_floor({"accuracy": 1.0, "cost": 1.0}, 0.0, 50.0))
     assert plain[0] - plain[1] == pytest.approx(0.001 / 0.099)
     assert scaled[0] - scaled[1] == pytest.approx(50 * 0.001 / 0.099)
+
+
+def test_scale_rows_sets_the_scale_from_the_first_alternatives():
+    from toolorchestra.reward import expected_group_rewards, group_rewards
+
+    features = [{"cost": 1.0}, {"cost": 3.0}, {"cost": 5.0}]
+    weights = {"accuracy": 1.0, "cost": 1.0}
+    # all right: the accuracy column is flat (0). Over all three the dearest is 5; over the first two it is 3,
+    # so the third scores below the second
+    assert group_rewards(features, [True] * 3, weights) == pytest.approx([1.0, 0.5, 0.0])
+    assert group_rewards(features, [True] * 3, weights, scale_rows=2) == pytest.approx([1.0, 0.0, -1.0])
+    # adding a dear alternative no longer changes how the first two compare
+    two = expected_group_rewards(features[:2], [0.9, 0.8], weights)
+    three = expected_group_rewards(features, [0.9, 0.8, 0.99], weights, scale_rows=2)
+    assert three[0] - three[1] == pytest.approx(two[0] - two[1], abs=1e-9)

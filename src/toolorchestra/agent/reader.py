@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from toolorchestra.catalog.schema import ModelProfile, Price
 from toolorchestra.errors import UserError
@@ -34,6 +35,7 @@ from toolorchestra.tools.base import Tool
 # preference it makes a much cheaper label win when its chance of being right is within about a tenth of the
 # best one's (the cost feature is min-max normalized over the offered labels).
 COST_FLOOR = 0.1
+UNTYPED = "all"  # the type of a calibration question the world gives none (envs/replay/profiles.py)
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,11 @@ def offers(tools: Sequence[Tool], tool_name: str = "answer") -> list[Offer]:
             "(or --profiles train on a replay world), or give them a `profile:` in the catalog"
         )
     return found
+
+
+def all_outcomes(pool: Sequence[Offer]) -> bool:
+    """Whether every label's profile holds its per-question calibration outcomes (what plans are judged on)."""
+    return all(offer.profile is not None and offer.profile.outcomes for offer in pool)
 
 
 def task_types(pool: Sequence[Offer]) -> list[str]:
@@ -113,3 +120,89 @@ def choose(
     """The label with the highest expected reward; among equals, the one offered first."""
     rewards = expected_rewards(pool, type_posterior, question_tokens, preference)
     return pool[max(range(len(pool)), key=lambda index: (rewards[index], -index))]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Answer with `first`; or, with a `fallback`, consult `first`, adopt its answer when it commits to one the
+    world can compare, and otherwise answer with `fallback`."""
+
+    first: Offer
+    fallback: Offer | None = None
+
+
+class PlanTable:
+    """What every plan over one pool gets right on the calibration questions, per task type, from the profiles'
+    per-question outcomes (`ModelProfile.outcomes`): computed once per pool, mixed per question by P(type)."""
+
+    def __init__(self, pool: Sequence[Offer], question_types: Mapping[str, str]) -> None:
+        import numpy as np
+
+        profiles = [offer.profile for offer in pool]
+        if any(profile is None or not profile.outcomes for profile in profiles):
+            raise ValueError("PlanTable needs every label's per-question outcomes")
+        shared = sorted(set.intersection(*(set(profile.outcomes or {}) for profile in profiles if profile)))
+        self.by_type: dict[str, tuple[Any, Any, Any]] = {}
+        for subset in sorted({question_types.get(question, UNTYPED) for question in shared}):
+            questions = [question for question in shared if question_types.get(question, UNTYPED) == subset]
+            letters = [
+                [(profile.outcomes or {})[question] for question in questions] for profile in profiles if profile
+            ]
+            right = np.array([[letter in "Rr" for letter in row] for row in letters], dtype=float)
+            committed = np.array([[letter in "RW" for letter in row] for row in letters], dtype=float)
+            count = len(questions)
+            single = right.mean(axis=1)
+            # consult a, adopt where it committed, else answer with b: E[c_a * right_a + (1 - c_a) * right_b]
+            pair = (committed * right).mean(axis=1)[:, None] + ((1 - committed) @ right.T) / count
+            self.by_type[subset] = (single, pair, 1 - committed.mean(axis=1))
+
+    def mixed(self, type_posterior: Mapping[str, float]) -> tuple[Any, Any, Any]:
+        """(P(right) of each label alone, of each (consult a, else b) pair, share of questions a leaves to b)."""
+        weights = {subset: type_posterior.get(subset, 0.0) for subset in self.by_type}
+        total = sum(weights.values())
+        if total <= 0:  # a type no calibration question has: every type alike
+            weights, total = dict.fromkeys(self.by_type, 1.0), float(len(self.by_type))
+        parts = [tuple(weight / total * part for part in self.by_type[subset]) for subset, weight in weights.items()]
+        return tuple(sum(part[index] for part in parts) for index in range(3))
+
+
+def choose_plan(
+    pool: Sequence[Offer],
+    table: PlanTable,
+    type_posterior: Mapping[str, float],
+    question_tokens: int,
+    preference: Mapping[str, float],
+    consult_tool: str,
+) -> Plan:
+    """The plan with the highest expected reward among answering with one label and consulting one label with
+    another as the fallback: P(right) from the calibration outcomes, dollars and seconds from the prices and
+    latency priors (the fallback's paid on the share of questions the first leaves to it)."""
+    single, pair, handed = table.mixed(type_posterior)
+    costs = [offer.price.cost(question_tokens, round(offer.profile.output_tokens)) for offer in pool if offer.profile]
+    latency = [offer.latency_s or 0.0 for offer in pool]
+    candidates: list[Plan] = [Plan(offer) for offer in pool]
+    features = [
+        {"cost": costs[a], "latency": latency[a], f"calls:{offer.tool}": 1.0, f"calls:{offer.label}": 1.0}
+        for a, offer in enumerate(pool)
+    ]
+    p_right = [float(value) for value in single]
+    for a, first in enumerate(pool):
+        for b, fallback in enumerate(pool):
+            if a == b:
+                continue
+            candidates.append(Plan(first, fallback))
+            features.append(
+                {
+                    "cost": costs[a] + float(handed[a]) * costs[b],
+                    "latency": latency[a] + float(handed[a]) * latency[b],
+                    f"calls:{consult_tool}": 1.0,
+                    f"calls:{first.tool}": 1.0,
+                    f"calls:{first.label}": 1.0,
+                    f"calls:{fallback.label}": float(handed[a]),
+                }
+            )
+            p_right.append(float(pair[a, b]))
+    # The pool's single labels set the price scale, so that considering plans does not change how much a dollar
+    # counts: a plan dearer than the dearest label scores below it.
+    rewards = expected_group_rewards(features, p_right, with_cost_floor(preference, COST_FLOOR), scale_rows=len(pool))
+    return candidates[max(range(len(candidates)), key=lambda index: (rewards[index], -index))]

@@ -30,6 +30,17 @@ import numpy as np
 from toolorchestra.agent.engine import assistant_message, run_calls, tool_message, tool_step
 from toolorchestra.agent.paper import PaperProtocol
 from toolorchestra.agent.preference import Preference
+from toolorchestra.agent.reader import (
+    UNTYPED,
+    Offer,
+    Plan,
+    PlanTable,
+    all_outcomes,
+    choose,
+    choose_plan,
+    offers,
+    task_types,
+)
 from toolorchestra.agent.trajectory import Trajectory
 from toolorchestra.backends.base import Backend, ToolCall
 from toolorchestra.catalog.schema import Price
@@ -55,6 +66,7 @@ POLICY_FORMS = (
 GOLD_POLICIES = ("gold", "noop")
 NOOP_ANSWER = REFUSAL_ANSWER
 DEFAULT_CASCADE_LAMBDA = 0.1
+CONSULT_TOOL = "expert"  # the tool the reader consults a label with before it answers (replay worlds offer it)
 DEFAULT_READER = "smollm2-135m"  # the model that reads questions for the reader policy
 CALIBRATION_PER_TYPE = 50  # the reader's calibration questions per task type: the sample profiles are measured on
 MIN_SUBTASK_TRAIN = 30  # fewer train tasks than this: a subtask uses the parameters fit on all of train
@@ -437,38 +449,33 @@ class ReaderPolicy(Policy):
         self._calibrated = False
         self._posteriors: dict[str, dict[str, float]] = {}
         self._reading = threading.Lock()  # one reader pass at a time (episodes read unprepared questions in threads)
+        self._tables: dict[tuple[tuple[str, int], ...], PlanTable] = {}
 
     def prepare(self, tasks: Sequence[Task]) -> None:
         """Read every question to run in one batched pass of the reader model (and calibrate it first)."""
         with self._reading:
             unread = [task for task in tasks if task.id not in self._posteriors]
-            if not unread:
+            if not unread or not self._calibrate():
                 return
-            self._calibrate()
             posteriors = self.reader.posteriors([question_text(task) for task in unread])
             for task, posterior in zip(unread, posteriors, strict=True):
                 self._posteriors[task.id] = posterior
 
-    def _calibrate(self) -> None:
+    def _calibrate(self) -> bool:
+        """Calibrate the question reader on the train split's calibration sample; False when the env's train
+        split has fewer than two task types (then every question is of the one type, and nothing is read)."""
         if self._calibrated:
-            return
+            return True
         from toolorchestra.envs.replay.profiles import calibration_sample
 
-        try:
-            train = self.env.tasks("train")
-        except UserError:  # an env without a train split
-            train = []
-        sample = [task for task in calibration_sample(train, CALIBRATION_PER_TYPE) if task.subtask]
+        sample = [task for task in calibration_sample(self._train_tasks(), CALIBRATION_PER_TYPE) if task.subtask]
         if len({task.subtask for task in sample}) < 2:
-            raise UserError(
-                f"--policy {self.name}: env {self.env.name!r} has no train split with two or more task types to "
-                "calibrate the question reader on; give every label a profile of one type (e.g. `all`)"
-            )
+            return False
         self.reader.calibrate([question_text(task) for task in sample], [str(task.subtask) for task in sample])
         self._calibrated = True
+        return True
 
     async def run(self, task: Task, tools: list[Tool]) -> Trajectory:
-        from toolorchestra.agent.reader import choose, offers, task_types
         from toolorchestra.envs.replay.tokens import count_tokens
 
         pool = offers(tools)
@@ -478,12 +485,47 @@ class ReaderPolicy(Policy):
         else:
             if task.id not in self._posteriors:
                 await asyncio.to_thread(self.prepare, [task])
+            if task.id not in self._posteriors:
+                raise UserError(
+                    f"--policy {self.name}: the profiles measure task types {types}, but env {self.env.name!r} "
+                    "has no train split with two or more task types to place a question among them"
+                )
             posterior = self._posteriors[task.id]
-        chosen = choose(pool, posterior, count_tokens(task.prompt), self.preference.weights())
+        tokens, weights = count_tokens(task.prompt), self.preference.weights()
+        consult = next((tool.name for tool in tools if tool.name == CONSULT_TOOL), None)
+        if consult is None or not isinstance(self.env, RecordedWorld) or not all_outcomes(pool):
+            plan = Plan(choose(pool, posterior, tokens, weights))
+        else:
+            plan = choose_plan(pool, self._plan_table(pool), posterior, tokens, weights, consult)
         episode = ScriptedEpisode(task, tools, self.name)
-        episode.trajectory.preference = self.preference.weights()
-        await episode.calls((chosen.tool, {"model": chosen.label}))
+        episode.trajectory.preference = weights
+        answering = plan.first
+        if plan.fallback is not None and consult is not None:
+            [consulted] = await episode.calls((consult, {"model": plan.first.label}))
+            if not self._commits(task, consulted):
+                answering = plan.fallback
+        await episode.calls((answering.tool, {"model": answering.label}))  # adopts a consulted answer: no new call
         return episode.finish()
+
+    def _commits(self, task: Task, consulted: ToolResult) -> bool:
+        """Whether a consulted answer commits to one the world can compare (not empty, not "I don't know")."""
+        assert isinstance(self.env, RecordedWorld)
+        if consulted.error or not consulted.output:
+            return False
+        return self.env.answer_key(task, consulted.output) is not None
+
+    def _plan_table(self, pool: list[Offer]) -> PlanTable:
+        key = tuple((offer.label, id(offer.profile)) for offer in pool)
+        if key not in self._tables:
+            types = {task.id: task.subtask or UNTYPED for task in self._train_tasks()}
+            self._tables[key] = PlanTable(pool, types)
+        return self._tables[key]
+
+    def _train_tasks(self) -> list[Task]:
+        try:
+            return self.env.tasks("train")
+        except UserError:  # an env without a train split
+            return []
 
 
 def question_text(task: Task) -> str:

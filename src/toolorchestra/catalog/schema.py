@@ -108,6 +108,11 @@ class ModelProfile(_Strict):
     accuracy: dict[str, float] = Field(..., min_length=1, description="subset -> share answered right")
     declined: float = Field(0.0, ge=0, le=1, description="share of questions it did not attempt")
     output_tokens: float = Field(0.0, ge=0, description="mean output tokens per answer")
+    outcomes: dict[str, Literal["R", "W", "r", "n"]] | None = Field(
+        None,
+        description="per calibration question id: R right, W wrong (an answer that commits), r right and n wrong "
+        "without committing to an answer the world can compare (what a consult-then-escalate plan is judged on)",
+    )
 
     @field_validator("accuracy")
     @classmethod

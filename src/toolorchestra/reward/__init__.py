@@ -49,14 +49,19 @@ def trajectory_features(trajectory: Trajectory, correct: bool) -> dict[str, floa
 
 
 def group_rewards(
-    features: Sequence[Mapping[str, float]], correct: Sequence[bool], preference: Mapping[str, float]
+    features: Sequence[Mapping[str, float]],
+    correct: Sequence[bool],
+    preference: Mapping[str, float],
+    scale_rows: int | None = None,
 ) -> list[float]:
     """Rewards of one group. `features[i]` holds rollout i's raw `accuracy`, `cost` (USD), `latency` (s) and
-    `calls:NAME` counts; the minus signs of cost and latency are applied here."""
+    `calls:NAME` counts; the minus signs of cost and latency are applied here. `scale_rows`: min-max normalize
+    over the first rows only (the alternatives that set the scale, e.g. a pool's single labels); the later rows
+    are scored on that scale and may fall outside [0, 1]."""
     if len(features) != len(correct):
         raise ValueError(f"features has {len(features)} rollouts but correct has {len(correct)}")
     oriented = [_oriented(row, preference) for row in features]
-    normalized = {name: _min_max(column) for name, column in _columns(oriented, preference).items()}
+    normalized = {name: _min_max(column, scale_rows) for name, column in _columns(oriented, preference).items()}
     rewards = []
     for index, is_correct in enumerate(correct):
         if not is_correct:
@@ -67,7 +72,10 @@ def group_rewards(
 
 
 def expected_group_rewards(
-    features: Sequence[Mapping[str, float]], p_correct: Sequence[float], preference: Mapping[str, float]
+    features: Sequence[Mapping[str, float]],
+    p_correct: Sequence[float],
+    preference: Mapping[str, float],
+    scale_rows: int | None = None,
 ) -> list[float]:
     """E[group_rewards] of one group when rollout i is right with probability `p_correct[i]`, independently,
     and every feature but `accuracy` is known (a replay world's cost, latency and calls of each label).
@@ -80,11 +88,11 @@ def expected_group_rewards(
 
     with d_i the reward rollout i gets from the other features when it is right (group_rewards itself,
     every rollout marked right). An outcome model's probabilities turn recorded outcomes into these
-    low-variance expected rewards (train/outcome_model.py)."""
+    low-variance expected rewards (train/outcome_model.py). `scale_rows` as in `group_rewards`."""
     if len(features) != len(p_correct):
         raise ValueError(f"features has {len(features)} rollouts but p_correct has {len(p_correct)}")
     others = {name: weight for name, weight in preference.items() if name != "accuracy"}
-    fixed = group_rewards(features, [True] * len(features), others) if others else [0.0] * len(features)
+    fixed = group_rewards(features, [True] * len(features), others, scale_rows) if others else [0.0] * len(features)
     all_right = math.prod(p_correct)
     accuracy_weight = float(preference.get("accuracy", 0.0))
     return [p * d + accuracy_weight * (p - all_right) for p, d in zip(p_correct, fixed, strict=True)]
@@ -119,8 +127,9 @@ def _columns(rows: list[dict[str, float]], preference: Mapping[str, float]) -> d
     return {name: [row[name] for row in rows] for name in preference}
 
 
-def _min_max(values: list[float]) -> list[float]:
-    low, high = min(values, default=0.0), max(values, default=0.0)
+def _min_max(values: list[float], scale_rows: int | None = None) -> list[float]:
+    scale = values[:scale_rows] if scale_rows else values
+    low, high = min(scale, default=0.0), max(scale, default=0.0)
     if high == low:
         return [0.0] * len(values)
     return [(value - low) / (high - low) for value in values]

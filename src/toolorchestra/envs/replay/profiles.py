@@ -12,6 +12,7 @@ from __future__ import annotations
 import random
 from collections import defaultdict
 from pathlib import Path
+from typing import Literal
 
 import yaml
 from pydantic import ValidationError
@@ -54,6 +55,17 @@ def decline_rate(env: ReplayEnv, sample: list[Task], model: str) -> float:
     return declines / counted if counted else 0.0
 
 
+def outcome(env: ReplayEnv, task: Task, model: str) -> Literal["R", "W", "r", "n"]:
+    """One calibration question's outcome letter: right or wrong (R, W) when the answer commits to something the
+    world can compare (its `answer_key`), else r or n: an orchestrator can tell the two kinds apart from the text
+    alone, so a plan that escalates when the consulted answer commits to nothing is judged by these letters."""
+    record = env.record(task.id, model)
+    committed = env.answer_key(task, record.response) is not None
+    if committed:
+        return "R" if record.correct else "W"
+    return "r" if record.correct else "n"
+
+
 def measure_profiles(
     env: ReplayEnv, split: str = "train", per_subset: int | None = 50, seed: int = 0
 ) -> dict[str, ModelProfile]:
@@ -71,6 +83,7 @@ def measure_profiles(
             accuracy={subset: round(sum(marks) / len(marks), 3) for subset, marks in right.items()},
             declined=round(decline_rate(env, sample, model), 3),
             output_tokens=round(sum(env.output_tokens(task, model) for task in sample) / len(sample), 1),
+            outcomes={task.id: outcome(env, task, model) for task in sample},
         )
     return profiles
 
