@@ -16,10 +16,11 @@ Per row:
   `correct` must equal that model's raw 0/1 score (>= 0.5), and `cost_usd` must equal, recomputed from
   the raw `<model>|total_cost` cells:
   * with the eval dir's trajectories.jsonl beside it: the sum over every model call of the episode
-    (tool steps with a model and no error) plus the recorded cost of the orchestrator's own turns;
-  * without: for a one-call policy (single, random, cheapest, per-subtask, router, oracle, reader) the
-    raw cost of `model`; for others (cascade, orchestrator) `cost_usd` must be at least that (other calls are
-    not in decisions.csv) and is counted as not recomputed.
+    (tool steps with a model and no error; an answer step that adopted a consulted answer is no call) plus
+    the recorded cost of the orchestrator's own turns;
+  * without: for a one-call policy (single, random, cheapest, per-subtask, router, oracle) the raw cost
+    of `model`; for others (cascade, reader, orchestrator) `cost_usd` must be at least that (other calls
+    are not in decisions.csv) and is counted as not recomputed.
   A run with `price_scale` in its run.json (`eval --price-scale`, a model or its label) has that model's raw
   costs multiplied by its factor. A label must always name the same model; single:MODEL must be answered by MODEL.
 - FRAMES: the task id is a question id of the split (odd ids test, even train); when `model` is set,
@@ -50,7 +51,7 @@ from pathlib import Path
 
 COLUMNS = ["task_id", "preference", "label", "model", "correct", "cost_usd", "latency_s"]
 ROUTERBENCH_SUBSETS = ("arc_challenge", "mbpp", "winogrande")
-ONE_CALL = {"single", "random", "cheapest", "per-subtask", "router", "oracle", "reader"}
+ONE_CALL = {"single", "random", "cheapest", "per-subtask", "router", "oracle"}
 MAX_MESSAGES = 12  # per checked file
 
 
@@ -317,6 +318,8 @@ class Checker:
                                 episode, checked, where, problems)
             total = 0.0
             for step in steps:
+                if (step.get("meta") or {}).get("adopted"):
+                    continue  # an answer call that adopted an answer already consulted: no second model call
                 if step.get("kind") == "tool" and step.get("model") and not step.get("error"):
                     if step["model"] not in record["cost"]:
                         problems.append(f"{where}: a call of unknown model {step['model']!r}")

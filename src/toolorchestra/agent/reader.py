@@ -2,7 +2,8 @@
 
 For every label the answer tool offers, the reader takes only what a user can measure about it: its price,
 its latency, and its capability profile (accuracy per task type on a calibration sample, mean output tokens;
-`toolorchestra profile`). The orchestrator model reads the question, and only the question: it places it
+`toolorchestra profile`), and the label's outcomes on those calibration questions. The orchestrator model
+reads the question, and only the question: it places it
 among the calibration questions of each task type (backends/question_reader.py: the k nearest in the model's
 own embedding space), which gives P(type | question). Then, per label:
 
@@ -12,6 +13,11 @@ own embedding space), which gives P(type | question). Then, per label:
 and the call goes to the label with the highest expected ToolOrchestra reward under the user's preference
 (`reward.expected_group_rewards`, the same expectation the counterfactual recipe trains towards), with the
 cost floor the shipped recipes train with, so a much cheaper label wins over a slightly more accurate one.
+
+With a consult tool and per-question outcomes in the profiles (`PlanTable`, `choose_plan`), the candidates are
+plans: answer with one label, or consult one, adopt its answer when it commits to one the world can compare,
+and answer with a second label otherwise. A plan's P(right) is what it got right on the calibration questions
+of the question's type; the second label is paid on the share of questions the first leaves to it.
 
 Why a decision rule and not a generated label: a 135M model trained to pick a row of a price-and-profile
 table learned a prior over rows, not to read the numbers (docs/results.md, "Generalization: an orchestrator

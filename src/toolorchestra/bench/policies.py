@@ -435,9 +435,10 @@ def _number(spec: str, argument: str, default: float, what: str) -> float:
 
 
 class ReaderPolicy(Policy):
-    """agent/reader.py's decision: one `answer` call to the offered label with the highest expected reward,
-    from its price and profile; the reader model places each question among the calibration questions of the
-    env's train split (the sample the profiles are measured on, envs/replay/profiles.py)."""
+    """agent/reader.py's decision: the plan with the highest expected reward (answer with one label, or consult
+    one and escalate when its answer commits to nothing), from the labels' prices and profiles; the reader model
+    places each question among the calibration questions of the env's train split (the sample the profiles are
+    measured on, envs/replay/profiles.py)."""
 
     def __init__(self, name: str, env: Env, preference: Preference, model: str = DEFAULT_READER) -> None:
         from toolorchestra.backends.question_reader import QuestionReader
