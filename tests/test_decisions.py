@@ -194,3 +194,18 @@ def test_checker_applies_the_runs_price_scale(tmp_path):
     (out / "run.json").write_text(json.dumps(run))
     result = _check(out)
     assert result.returncode == 1 and "cost_usd" in result.stdout
+
+
+def test_checker_recomputes_a_reader_run_that_consults_and_adopts(tmp_path):
+    """The reader under the cost preference consults a cheap model and adopts its answer where it commits: the
+    adopted answer call is no second model call, and the checker must recompute every cost from the raw cells."""
+    if not DATA.exists():
+        pytest.skip(f"shared data not found at {DATA}")
+    out = tmp_path / "reader"
+    run_eval(EvalRequest(env="replay:routerbench", policy="reader", prefer="cost", out=out, limit=24,
+                         data_dir=DATA, progress=False))
+    episodes = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
+    assert any(step.get("meta", {}).get("adopted") for episode in episodes for step in episode["steps"])
+    result = _check(out)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "24/24" in result.stdout
