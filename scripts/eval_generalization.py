@@ -10,12 +10,17 @@ Conditions (each an `toolorchestra eval` run into OUT/<condition>/<policy>, resu
   tasks whose model is the same as under catalog;
 - gpt4-x0.05, yi34b-x20: one model 20x cheaper, one 20x dearer (`--price-scale`);
 - permuted: every model charged what another model costs on average (a fixed derangement of the 11 mean train
-  costs, as `--price-scale` factors, so each question keeps its own relative cost).
+  costs, as `--price-scale` factors, so each question keeps its own relative cost);
+- held-out: gpt-4 and Yi-34B named as never offered in training (`--hold-out-models`; evaluation offers them with
+  their profiles). It means something for an orchestrator trained with the same `sampler.hold_out_models`, which
+  this script does not train; the report gives the point, the share answered by a held-out model, and the catalog
+  baselines that dominate it.
 Under each price condition every non-oracle baseline runs at the same prices (single models, random, cheapest,
 per-subtask, cascade, the router sweep) and the report says which of them dominate the orchestrator's point
 (a' >= a and c' <= c). Writes OUT/report-orchestrator-NAME.md (tables) and OUT/generalization-orchestrator-NAME.png
 (accuracy vs dollars per condition); several orchestrators evaluated into the same OUT share its baseline runs.
-The orchestrator runs as the shipped figures were made: `--tools answer --max-turns 1 --max-tokens 40`, greedy.
+An orchestrator runs as the shipped figures were made: `--tools answer --max-turns 1 --max-tokens 40`, greedy;
+another policy (--policy, e.g. reader) with the env's default tools and turn cap.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 CLI = str(ROOT / ".venv" / "bin" / "toolorchestra")
 ENV = "replay:routerbench"
+HELD_OUT = ("gpt-4-1106-preview", "zero-one-ai/Yi-34B-Chat")
 CANDIDATES = ("orchestrator-", "reader")  # run dirs of the policies under test, not baselines
 BASELINES = ["random", "cheapest", "per-subtask", "cascade", "router"]
 ORCHESTRATOR_FLAGS = ["--tools", "answer", "--max-turns", "1", "--max-tokens", "40", "--concurrency", "8"]
@@ -60,6 +66,7 @@ def conditions() -> dict[str, list[str]]:
         "gpt4-x0.05": ["--price-scale", "gpt-4=0.05"],
         "yi34b-x20": ["--price-scale", "yi-34b=20"],
         "permuted": permuted,
+        "held-out": ["--hold-out-models", ",".join(HELD_OUT)],
     }
 
 
@@ -113,7 +120,7 @@ def main() -> int:
     parser.add_argument("--profiles", type=Path, help="the profiles the policy under test is shown (a file of "
                         "`toolorchestra profile`; default: eval's, 50 train questions per subset)")
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--conditions", default="catalog,renamed,gpt4-x0.05,yi34b-x20,permuted",
+    parser.add_argument("--conditions", default="catalog,renamed,gpt4-x0.05,yi34b-x20,permuted,held-out",
                         help="comma-separated subset of the conditions to run")
     args = parser.parse_args()
     chosen = args.conditions.split(",")
@@ -134,8 +141,8 @@ def main() -> int:
             continue
         folder = args.out / name
         run_eval(orchestrator, folder / mine_dir, extra, args.limit, args.prefer, args.profiles)
-        if name == "renamed":
-            continue  # baselines choose models, not labels: the catalog condition's baselines stand
+        if name in ("renamed", "held-out"):
+            continue  # the catalog prices and models: the catalog condition's baselines stand
         for policy in [*single_policies(), *BASELINES]:
             run_eval(policy, folder / policy.replace(":", "-").replace("/", "-"), extra, args.limit, args.prefer)
         found = points(folder)
@@ -151,6 +158,15 @@ def main() -> int:
         lines += ["", f"Renamed labels (`--rename-labels 1`): {same:.1%} of {len(catalog)} decisions name the same "
                   f"model as under the catalog labels; accuracy {renamed_metrics['accuracy']:.4f}, "
                   f"${renamed_metrics['cost_usd']:.4f}."]
+    if "catalog" in chosen and "held-out" in chosen:
+        held = json.loads((args.out / "held-out" / mine_dir / "metrics.json").read_text())
+        point = (held["accuracy"], held["cost_usd"])
+        dominating = sorted(policy for policy, (acc, cost) in points(args.out / "catalog").items()
+                            if acc >= point[0] and cost <= point[1])
+        share = held.get("hold_out", {}).get("answered", 0) / held["n"]
+        lines += ["", f"Held-out models ({', '.join(HELD_OUT)}, `--hold-out-models`): accuracy {point[0]:.4f}, "
+                  f"${point[1]:.4f}, {share:.1%} of the tasks answered by a held-out model; dominated by "
+                  f"{', '.join(dominating) or 'none of the catalog baselines'}."]
     lines += ["", f"![accuracy vs dollars](generalization-{mine_dir}.png)"]
     (args.out / f"report-{mine_dir}.md").write_text("\n".join(lines) + "\n")
     plot(panels, args.out / f"generalization-{mine_dir}.png", orchestrator)
