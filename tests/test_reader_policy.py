@@ -182,3 +182,15 @@ def test_reader_consults_and_adopts_or_escalates_in_a_replay_world(tmp_path):
         assert episode["cost_usd"] == pytest.approx(0.001 if committed else 0.011)  # an adopted answer is not paid twice
     assert metrics["calls_per_tool"] == {"expert": 20, "answer": 20} and metrics["accuracy"] == pytest.approx(
         sum(int(e["task_id"]) % 4 < 2 or int(e["task_id"]) % 5 != 0 for e in episodes) / len(episodes))
+
+
+def test_profiles_measured_on_different_questions_leave_single_label_decisions():
+    from toolorchestra.agent.reader import all_outcomes
+
+    def with_outcomes(label: str, ids: range) -> Offer:
+        profile = ModelProfile(n=len(ids), accuracy={"all": 0.5}, outcomes={str(i): "R" for i in ids})
+        return Offer("answer", label, Price(per_call=0.001), 1.0, profile)
+
+    assert all_outcomes([with_outcomes("a", range(5)), with_outcomes("b", range(3, 8))])
+    assert not all_outcomes([with_outcomes("a", range(5)), with_outcomes("b", range(5, 9))])  # no question shared
+    assert not all_outcomes([with_outcomes("a", range(5)), offer("b", 0.001, 0.5, 0.5)])  # b has no outcomes

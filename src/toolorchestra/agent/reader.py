@@ -78,8 +78,10 @@ def offers(tools: Sequence[Tool], tool_name: str = "answer") -> list[Offer]:
 
 
 def all_outcomes(pool: Sequence[Offer]) -> bool:
-    """Whether every label's profile holds its per-question calibration outcomes (what plans are judged on)."""
-    return all(offer.profile is not None and offer.profile.outcomes for offer in pool)
+    """Whether every label's profile holds per-question calibration outcomes on some questions they all share
+    (what plans are judged on; profiles measured on different samples share none)."""
+    outcomes = [set(offer.profile.outcomes) for offer in pool if offer.profile is not None and offer.profile.outcomes]
+    return len(outcomes) == len(pool) and bool(set.intersection(*outcomes))
 
 
 def task_types(pool: Sequence[Offer]) -> list[str]:
