@@ -41,7 +41,6 @@ from toolorchestra.tools.base import Tool
 # preference it makes a much cheaper label win when its chance of being right is within about a tenth of the
 # best one's (the cost feature is min-max normalized over the offered labels).
 COST_FLOOR = 0.1
-UNTYPED = "all"  # the type of a calibration question the world gives none (envs/replay/profiles.py)
 
 
 @dataclass(frozen=True)
@@ -141,7 +140,9 @@ class Plan:
 
 class PlanTable:
     """What every plan over one pool gets right on the calibration questions, per task type, from the profiles'
-    per-question outcomes (`ModelProfile.outcomes`): computed once per pool, mixed per question by P(type)."""
+    per-question outcomes (`ModelProfile.outcomes`): computed once per pool, mixed per question by P(type).
+    `question_types`: calibration question id -> its task type; a question it lacks has no type, and only counts
+    when P(type) names no type the calibration questions have."""
 
     def __init__(self, pool: Sequence[Offer], question_types: Mapping[str, str]) -> None:
         import numpy as np
@@ -151,8 +152,8 @@ class PlanTable:
             raise ValueError("PlanTable needs every label's per-question outcomes")
         shared = sorted(set.intersection(*(set(profile.outcomes or {}) for profile in profiles if profile)))
         self.by_type: dict[str, tuple[Any, Any, Any]] = {}
-        for subset in sorted({question_types.get(question, UNTYPED) for question in shared}):
-            questions = [question for question in shared if question_types.get(question, UNTYPED) == subset]
+        for subset in sorted({question_types.get(question, "") for question in shared}):
+            questions = [question for question in shared if question_types.get(question, "") == subset]
             letters = [
                 [(profile.outcomes or {})[question] for question in questions] for profile in profiles if profile
             ]

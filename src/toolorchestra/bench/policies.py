@@ -30,17 +30,7 @@ import numpy as np
 from toolorchestra.agent.engine import assistant_message, run_calls, tool_message, tool_step
 from toolorchestra.agent.paper import PaperProtocol
 from toolorchestra.agent.preference import Preference
-from toolorchestra.agent.reader import (
-    UNTYPED,
-    Offer,
-    Plan,
-    PlanTable,
-    all_outcomes,
-    choose,
-    choose_plan,
-    offers,
-    task_types,
-)
+from toolorchestra.agent.reader import Offer, Plan, PlanTable, all_outcomes, choose, choose_plan, offers, task_types
 from toolorchestra.agent.trajectory import Trajectory
 from toolorchestra.backends.base import Backend, ToolCall
 from toolorchestra.catalog.schema import Price
@@ -516,6 +506,8 @@ class ReaderPolicy(Policy):
         return self.env.answer_key(task, consulted.output) is not None
 
     def _plan_table(self, pool: list[Offer]) -> PlanTable:
+        from toolorchestra.envs.replay.profiles import UNTYPED
+
         key = tuple((offer.label, id(offer.profile)) for offer in pool)
         if key not in self._tables:
             types = {task.id: task.subtask or UNTYPED for task in self._train_tasks()}
@@ -583,7 +575,7 @@ class OrchestratorPolicy(Policy):
             tools = [tool for tool in tools if tool.name in self.tool_names]
         shown = task
         if self.short_prompt and task.meta.get("query"):
-            shown = task.model_copy(update={"prompt": str(task.meta["query"])})
+            shown = task.model_copy(update={"prompt": question_text(task)})
         orchestrator = Orchestrator(
             self.backend,
             tools,
