@@ -153,12 +153,67 @@ def test_a_plan_consults_a_cheap_label_and_escalates_when_it_commits_to_nothing(
     sure = outcome_offer("sure", 0.01, "RRRRWRRRRW")  # 0.8, always commits
     pool = [shy, sure]
     table = PlanTable(pool, {})
-    single, pair, handed = table.mixed({"all": 1.0})
-    assert list(single) == pytest.approx([0.5, 0.8]) and list(handed) == pytest.approx([0.5, 0.0])
-    assert pair[0, 1] == pytest.approx(0.9) and pair[1, 0] == pytest.approx(0.8)
+    odds = table.mixed({"all": 1.0})
+    assert list(odds.single) == pytest.approx([0.5, 0.8]) and list(odds.handed) == pytest.approx([0.5, 0.0])
+    assert odds.pair[0, 1] == pytest.approx(0.9) and odds.pair[1, 0] == pytest.approx(0.8)
+    assert odds.agreed is None  # no answer keys in these profiles: no consult-two plans
     assert choose_plan(pool, table, {"all": 1.0}, 50, ACCURACY, "expert") == Plan(shy, sure)
     cheaper_sure = [shy, outcome_offer("sure", 0.0001, "RRRRWRRRRW")]  # now sure alone costs less than consulting
     assert choose_plan(cheaper_sure, PlanTable(cheaper_sure, {}), {"all": 1.0}, 50, COST, "expert").fallback is None
+
+
+def test_a_plan_consults_two_cheap_labels_and_escalates_when_they_disagree():
+    from toolorchestra.agent.reader import Plan, PlanTable, choose_plan
+
+    def keyed_offer(label: str, per_call: float, answers: str) -> Offer:
+        # every question's right answer is "a"; "-" commits to nothing (wrong)
+        outcomes = {str(i): ("n" if key == "-" else "R" if key == "a" else "W") for i, key in enumerate(answers)}
+        keys = {str(i): key for i, key in enumerate(answers) if key != "-"}
+        right = answers.count("a") / len(answers)
+        profile = ModelProfile(n=len(answers), accuracy={"all": right}, output_tokens=20, outcomes=outcomes,
+                               answers=keys)
+        return Offer("answer", label, Price(per_call=per_call), 1.0, profile)
+
+    one = keyed_offer("one", 0.001, "aaaabbbbaa")  # 0.6
+    two = keyed_offer("two", 0.001, "aaaaaacccc")  # 0.6; agrees with one on 0-3 only, both right there
+    dear = keyed_offer("dear", 0.1, "aaaaaaaaad")  # 0.9
+    pool = [one, two, dear]
+    odds = PlanTable(pool, {}).mixed({"all": 1.0})
+    assert odds.agreed[0, 1] == pytest.approx(0.4) and odds.split[0, 1] == pytest.approx(0.6)
+    assert odds.split_right[0, 1, 2] == pytest.approx(0.5)  # dear is right on 4-8 of the 6 they split on
+    assert odds.split_right[0, 1, 1] == pytest.approx(0.2)  # two itself on 4-5
+    # 0.4 + 0.5 = 0.9, as dear alone, for 0.002 + 0.6 * 0.1 instead of 0.1
+    assert choose_plan(pool, PlanTable(pool, {}), {"all": 1.0}, 50, ACCURACY, "expert") == Plan(one, dear, check=two)
+    unkeyed = [Offer(o.tool, o.label, o.price, o.latency_s, o.profile.model_copy(update={"answers": None}))
+               for o in pool if o.profile]
+    assert PlanTable(unkeyed, {}).mixed({"all": 1.0}).agreed is None
+    assert choose_plan(unkeyed, PlanTable(unkeyed, {}), {"all": 1.0}, 50, ACCURACY, "expert") == Plan(unkeyed[2])
+
+
+def test_reader_consults_two_and_escalates_on_disagreement_in_a_replay_world(tmp_path):
+    root = tmp_path / "world"
+    (root / "models").mkdir(parents=True)
+    questions = [{"id": i, "problem": f"Compute {i} + {2 * i}.", "answer": str(3 * i)} for i in range(60)]
+
+    def rows(right, wrong: int, cost: float) -> list[dict]:
+        return [{"id": i, "response": str(3 * i) if right(i) else str(i + wrong), "correct": right(i),
+                 "cost_usd": cost, "latency_s": 1.0} for i in range(60)]
+
+    models = {"one": rows(lambda i: i % 5 < 3, 1, 0.001), "two": rows(lambda i: i % 5 in (0, 1, 3), 2, 0.001),
+              "dear": rows(lambda i: i % 10 != 9, 3, 0.1)}
+    (root / "questions.jsonl").write_text("".join(json.dumps(row) + "\n" for row in questions))
+    for name, records in models.items():
+        (root / "models" / f"{name}.jsonl").write_text("".join(json.dumps(row) + "\n" for row in records))
+    metrics = run_eval(EvalRequest(env=f"replay:{root}", policy="reader", prefer="accuracy", out=tmp_path / "out",
+                                   progress=False))
+    episodes = [json.loads(line) for line in (tmp_path / "out" / "trajectories.jsonl").read_text().splitlines()]
+    for episode in episodes:
+        consulted = sorted(step["model"] for step in episode["steps"] if step.get("name") == "expert")
+        assert consulted == ["one", "two"]
+        agree = int(episode["task_id"]) % 5 in (0, 1)  # both right (their wrong answers never match)
+        assert episode["answered_by"] == ("one" if agree else "dear")
+        assert episode["cost_usd"] == pytest.approx(0.002 if agree else 0.102)
+    assert metrics["calls_per_tool"]["expert"] == 2 * len(episodes)
 
 
 def test_reader_consults_and_adopts_or_escalates_in_a_replay_world(tmp_path):

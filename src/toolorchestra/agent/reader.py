@@ -131,48 +131,100 @@ def choose(
 
 @dataclass(frozen=True)
 class Plan:
-    """Answer with `first`; or, with a `fallback`, consult `first`, adopt its answer when it commits to one the
-    world can compare, and otherwise answer with `fallback`."""
+    """Answer with `first`. With a `fallback`: consult `first`, adopt its answer when it commits to one the world
+    can compare, and otherwise answer with `fallback`. With a `check` too: consult `first` and `check`, adopt
+    their answer when both commit to the same one, and otherwise answer with `fallback` (the cascade's plan;
+    a fallback that was consulted is adopted, not paid again)."""
 
     first: Offer
     fallback: Offer | None = None
+    check: Offer | None = None
+
+
+@dataclass(frozen=True)
+class PlanOdds:
+    """What each plan gets right on a set of calibration questions, and how often it pays its fallback.
+    L labels: `single` (L,) each alone; `pair` (L, L) consult a, else answer with b; `handed` (L,) the share a
+    leaves to b; with answer keys, `agreed` (L, L) the share where a and b commit to the same answer and a is
+    right, `split_right` (L, L, L) the share where they do not and c is right, `split` (L, L) how often not."""
+
+    single: Any
+    pair: Any
+    handed: Any
+    agreed: Any = None
+    split_right: Any = None
+    split: Any = None
+
+    @classmethod
+    def measure(cls, letters: list[list[str]], keys: list[list[str | None]] | None) -> PlanOdds:
+        import numpy as np
+
+        right = np.array([[letter in "Rr" for letter in row] for row in letters], dtype=float)
+        committed = np.array([[letter in "RW" for letter in row] for row in letters], dtype=float)
+        count = right.shape[1]
+        # consult a, adopt where it committed, else answer with b: E[c_a * right_a + (1 - c_a) * right_b]
+        pair = (committed * right).mean(axis=1)[:, None] + ((1 - committed) @ right.T) / count
+        odds = cls(right.mean(axis=1), pair, 1 - committed.mean(axis=1))
+        if keys is None:
+            return odds
+        labels = len(keys)
+        agree = np.array(
+            [[[x is not None and x == y for x, y in zip(keys[a], keys[b], strict=True)] for b in range(labels)]
+             for a in range(labels)],
+            dtype=float,
+        )  # (L, L, Q)
+        split = 1 - agree
+        return cls(
+            odds.single,
+            odds.pair,
+            odds.handed,
+            agreed=(agree * right[:, None, :]).mean(axis=2),
+            split_right=(split.reshape(labels * labels, count) @ right.T).reshape(labels, labels, labels) / count,
+            split=split.mean(axis=2),
+        )
+
+    def scaled(self, weight: float) -> PlanOdds:
+        return PlanOdds(*(None if part is None else weight * part for part in self._parts()))
+
+    def plus(self, other: PlanOdds) -> PlanOdds:
+        return PlanOdds(*(None if a is None or b is None else a + b for a, b in zip(self._parts(), other._parts())))
+
+    def _parts(self) -> tuple[Any, ...]:
+        return (self.single, self.pair, self.handed, self.agreed, self.split_right, self.split)
 
 
 class PlanTable:
     """What every plan over one pool gets right on the calibration questions, per task type, from the profiles'
-    per-question outcomes (`ModelProfile.outcomes`): computed once per pool, mixed per question by P(type).
+    per-question outcomes (`ModelProfile.outcomes`) and, where every profile has them, answer keys
+    (`ModelProfile.answers`): computed once per pool, mixed per question by P(type).
     `question_types`: calibration question id -> its task type; a question it lacks has no type, and only counts
     when P(type) names no type the calibration questions have."""
 
     def __init__(self, pool: Sequence[Offer], question_types: Mapping[str, str]) -> None:
-        import numpy as np
-
         profiles = [offer.profile for offer in pool]
         if any(profile is None or not profile.outcomes for profile in profiles):
             raise ValueError("PlanTable needs every label's per-question outcomes")
-        shared = sorted(set.intersection(*(set(profile.outcomes or {}) for profile in profiles if profile)))
-        self.by_type: dict[str, tuple[Any, Any, Any]] = {}
+        measured = [profile for profile in profiles if profile is not None]
+        shared = sorted(set.intersection(*(set(profile.outcomes or {}) for profile in measured)))
+        with_keys = all(profile.answers is not None for profile in measured)
+        self.by_type: dict[str, PlanOdds] = {}
         for subset in sorted({question_types.get(question, "") for question in shared}):
             questions = [question for question in shared if question_types.get(question, "") == subset]
-            letters = [
-                [(profile.outcomes or {})[question] for question in questions] for profile in profiles if profile
-            ]
-            right = np.array([[letter in "Rr" for letter in row] for row in letters], dtype=float)
-            committed = np.array([[letter in "RW" for letter in row] for row in letters], dtype=float)
-            count = len(questions)
-            single = right.mean(axis=1)
-            # consult a, adopt where it committed, else answer with b: E[c_a * right_a + (1 - c_a) * right_b]
-            pair = (committed * right).mean(axis=1)[:, None] + ((1 - committed) @ right.T) / count
-            self.by_type[subset] = (single, pair, 1 - committed.mean(axis=1))
+            letters = [[(profile.outcomes or {})[question] for question in questions] for profile in measured]
+            keys = [[(profile.answers or {}).get(question) for question in questions] for profile in measured]
+            self.by_type[subset] = PlanOdds.measure(letters, keys if with_keys else None)
 
-    def mixed(self, type_posterior: Mapping[str, float]) -> tuple[Any, Any, Any]:
-        """(P(right) of each label alone, of each (consult a, else b) pair, share of questions a leaves to b)."""
+    def mixed(self, type_posterior: Mapping[str, float]) -> PlanOdds:
+        """Every plan's odds for one question: the types' odds weighted by P(type | question)."""
         weights = {subset: type_posterior.get(subset, 0.0) for subset in self.by_type}
         total = sum(weights.values())
         if total <= 0:  # a type no calibration question has: every type alike
             weights, total = dict.fromkeys(self.by_type, 1.0), float(len(self.by_type))
-        parts = [tuple(weight / total * part for part in self.by_type[subset]) for subset, weight in weights.items()]
-        return tuple(sum(part[index] for part in parts) for index in range(3))
+        parts = [self.by_type[subset].scaled(weight / total) for subset, weight in weights.items()]
+        mixed = parts[0]
+        for part in parts[1:]:
+            mixed = mixed.plus(part)
+        return mixed
 
 
 def choose_plan(
@@ -183,10 +235,11 @@ def choose_plan(
     preference: Mapping[str, float],
     consult_tool: str,
 ) -> Plan:
-    """The plan with the highest expected reward among answering with one label and consulting one label with
-    another as the fallback: P(right) from the calibration outcomes, dollars and seconds from the prices and
-    latency priors (the fallback's paid on the share of questions the first leaves to it)."""
-    single, pair, handed = table.mixed(type_posterior)
+    """The plan with the highest expected reward among: answering with one label; consulting one label with
+    another as the fallback; and, with answer keys, consulting two and answering with a third when they disagree.
+    P(right) comes from the calibration outcomes, dollars and seconds from the prices and latency priors (a
+    fallback is paid on the share of questions it is left, and only if it was not consulted)."""
+    odds = table.mixed(type_posterior)
     costs = [offer.price.cost(question_tokens, round(offer.profile.output_tokens)) for offer in pool if offer.profile]
     latency = [offer.latency_s or 0.0 for offer in pool]
     candidates: list[Plan] = [Plan(offer) for offer in pool]
@@ -194,7 +247,7 @@ def choose_plan(
         {"cost": costs[a], "latency": latency[a], f"calls:{offer.tool}": 1.0, f"calls:{offer.label}": 1.0}
         for a, offer in enumerate(pool)
     ]
-    p_right = [float(value) for value in single]
+    p_right = [float(value) for value in odds.single]
     for a, first in enumerate(pool):
         for b, fallback in enumerate(pool):
             if a == b:
@@ -202,15 +255,33 @@ def choose_plan(
             candidates.append(Plan(first, fallback))
             features.append(
                 {
-                    "cost": costs[a] + float(handed[a]) * costs[b],
-                    "latency": latency[a] + float(handed[a]) * latency[b],
+                    "cost": costs[a] + float(odds.handed[a]) * costs[b],
+                    "latency": latency[a] + float(odds.handed[a]) * latency[b],
                     f"calls:{consult_tool}": 1.0,
                     f"calls:{first.tool}": 1.0,
                     f"calls:{first.label}": 1.0,
-                    f"calls:{fallback.label}": float(handed[a]),
+                    f"calls:{fallback.label}": float(odds.handed[a]),
                 }
             )
-            p_right.append(float(pair[a, b]))
+            p_right.append(float(odds.pair[a, b]))
+    if odds.agreed is not None:
+        for a, b in ((a, b) for a in range(len(pool)) for b in range(a + 1, len(pool))):
+            split = float(odds.split[a, b])
+            for c, fallback in enumerate(pool):
+                paid = 0.0 if c in (a, b) else split  # a consulted fallback's answer is adopted
+                candidates.append(Plan(pool[a], fallback, check=pool[b]))
+                features.append(
+                    {
+                        "cost": costs[a] + costs[b] + paid * costs[c],
+                        "latency": max(latency[a], latency[b]) + paid * latency[c],
+                        f"calls:{consult_tool}": 2.0,
+                        f"calls:{pool[a].tool}": 1.0,
+                        f"calls:{pool[a].label}": 1.0,
+                        f"calls:{pool[b].label}": 1.0,
+                    }
+                    | ({} if c in (a, b) else {f"calls:{fallback.label}": paid})
+                )
+                p_right.append(float(odds.agreed[a, b] + odds.split_right[a, b, c]))
     # The pool's single labels set the price scale, so that considering plans does not change how much a dollar
     # counts: a plan dearer than the dearest label scores below it.
     rewards = expected_group_rewards(features, p_right, with_cost_floor(preference, COST_FLOOR), scale_rows=len(pool))

@@ -492,18 +492,21 @@ class ReaderPolicy(Policy):
         episode.trajectory.preference = weights
         answering = plan.first
         if plan.fallback is not None and consult is not None:
-            [consulted] = await episode.calls((consult, {"model": plan.first.label}))
-            if not self._commits(task, consulted):
+            asked = [plan.first] if plan.check is None else [plan.first, plan.check]
+            consulted = await episode.calls(*((consult, {"model": offer.label}) for offer in asked))
+            keys = [self._answer_key(task, result) for result in consulted]
+            if keys[0] is None or (plan.check is not None and keys[0] != keys[1]):
                 answering = plan.fallback
         await episode.calls((answering.tool, {"model": answering.label}))  # adopts a consulted answer: no new call
         return episode.finish()
 
-    def _commits(self, task: Task, consulted: ToolResult) -> bool:
-        """Whether a consulted answer commits to one the world can compare (not empty, not "I don't know")."""
+    def _answer_key(self, task: Task, consulted: ToolResult) -> str | None:
+        """The answer a consulted reply commits to, as the world compares answers; None when it commits to none
+        (empty, "I don't know", an error)."""
         assert isinstance(self.env, RecordedWorld)
         if consulted.error or not consulted.output:
-            return False
-        return self.env.answer_key(task, consulted.output) is not None
+            return None
+        return self.env.answer_key(task, consulted.output)
 
     def _plan_table(self, pool: list[Offer]) -> PlanTable:
         from toolorchestra.envs.replay.profiles import UNTYPED

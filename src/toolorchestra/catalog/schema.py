@@ -113,6 +113,11 @@ class ModelProfile(_Strict):
         description="per calibration question id: R right, W wrong (an answer that commits), r right and n wrong "
         "without committing to an answer the world can compare (what a consult-then-escalate plan is judged on)",
     )
+    answers: dict[str, str] | None = Field(
+        None,
+        description="per calibration question id where the answer commits: the answer the world compares (two "
+        "consulted models agree when theirs are equal; what a consult-two-then-escalate plan is judged on)",
+    )
 
     @field_validator("accuracy")
     @classmethod

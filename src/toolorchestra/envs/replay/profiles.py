@@ -55,15 +55,17 @@ def decline_rate(env: ReplayEnv, sample: list[Task], model: str) -> float:
     return declines / counted if counted else 0.0
 
 
-def outcome(env: ReplayEnv, task: Task, model: str) -> Literal["R", "W", "r", "n"]:
-    """One calibration question's outcome letter: right or wrong (R, W) when the answer commits to something the
-    world can compare (its `answer_key`), else r or n: an orchestrator can tell the two kinds apart from the text
-    alone, so a plan that escalates when the consulted answer commits to nothing is judged by these letters."""
+def outcome(env: ReplayEnv, task: Task, model: str) -> tuple[Literal["R", "W", "r", "n"], str | None]:
+    """One calibration question's outcome letter, and the answer key it committed to. The letter is right or
+    wrong (R, W) when the answer commits to something the world can compare (its `answer_key`), else r or n: an
+    orchestrator can tell the two kinds apart from the text alone, so a plan that escalates when the consulted
+    answer commits to nothing is judged by these letters, and one that escalates when two consulted answers
+    disagree by the keys."""
     record = env.record(task.id, model)
-    committed = env.answer_key(task, record.response) is not None
-    if committed:
-        return "R" if record.correct else "W"
-    return "r" if record.correct else "n"
+    key = env.answer_key(task, record.response)
+    if key is not None:
+        return ("R" if record.correct else "W"), key
+    return ("r" if record.correct else "n"), None
 
 
 def measure_profiles(
@@ -78,12 +80,14 @@ def measure_profiles(
         right: dict[str, list[bool]] = defaultdict(list)
         for task in sample:
             right[task.subtask or UNTYPED].append(env.record(task.id, model).correct)
+        outcomes = {task.id: outcome(env, task, model) for task in sample}
         profiles[model] = ModelProfile(
             n=len(sample),
             accuracy={subset: round(sum(marks) / len(marks), 3) for subset, marks in right.items()},
             declined=round(decline_rate(env, sample, model), 3),
             output_tokens=round(sum(env.output_tokens(task, model) for task in sample) / len(sample), 1),
-            outcomes={task.id: outcome(env, task, model) for task in sample},
+            outcomes={question: letter for question, (letter, _) in outcomes.items()},
+            answers={question: key for question, (_, key) in outcomes.items() if key is not None},
         )
     return profiles
 
