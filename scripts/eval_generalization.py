@@ -15,6 +15,10 @@ Conditions (each an `toolorchestra eval` run into OUT/<condition>/<policy>, resu
   their profiles). It means something for an orchestrator trained with the same `sampler.hold_out_models`, which
   this script does not train; the report gives the point, the share answered by a held-out model, and the catalog
   baselines that dominate it.
+With `--validation`, every run is on the train questions outside the reader's calibration sample (50 per
+subset, the sample the default profiles and question types come from) instead of the test split: a place to
+compare versions of a policy without looking at test. The baselines are fitted on the whole train split, so
+there they are evaluated on questions they were fitted on.
 Under each price condition every non-oracle baseline runs at the same prices (single models, random, cheapest,
 per-subtask, cascade, the router sweep) and the report says which of them dominate the orchestrator's point
 (a' >= a and c' <= c). Writes OUT/report-orchestrator-NAME.md (tables) and OUT/generalization-orchestrator-NAME.png
@@ -76,11 +80,28 @@ def single_policies() -> list[str]:
     return [f"single:{model}" for model in make_env(ENV).models()]
 
 
+def validation_ids(out: Path) -> Path:
+    """A file of the train task ids outside the calibration sample (`--validation`), written once into OUT."""
+    from toolorchestra.bench.policies import CALIBRATION_PER_TYPE
+    from toolorchestra.envs.registry import make_env
+    from toolorchestra.envs.replay.profiles import calibration_sample
+
+    path = out / "validation-ids.txt"
+    if not path.is_file():
+        train = make_env(ENV).tasks("train")
+        calibration = {task.id for task in calibration_sample(train, CALIBRATION_PER_TYPE)}
+        out.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(f"{task.id}\n" for task in train if task.id not in calibration))
+    return path
+
+
+TASKS: list[str] = []  # the eval flags that pick the tasks (main sets them)
+
+
 def run_eval(policy: str, out: Path, extra: list[str], limit: int, prefer: str, profiles: Path | None = None) -> None:
     if (out / "metrics.json").is_file():
         return
-    command = [CLI, "eval", "--env", ENV, "--split", "test", "--limit", str(limit), "--policy", policy,
-               "--out", str(out), "--no-progress", *extra]
+    command = [CLI, "eval", "--env", ENV, *TASKS, "--policy", policy, "--out", str(out), "--no-progress", *extra]
     if policy.startswith("orchestrator:"):
         command += ["--prefer", prefer, *ORCHESTRATOR_FLAGS]
     elif policy.startswith("reader"):
@@ -122,8 +143,16 @@ def main() -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--conditions", default="catalog,renamed,gpt4-x0.05,yi34b-x20,permuted,held-out",
                         help="comma-separated subset of the conditions to run")
+    parser.add_argument("--validation", action="store_true",
+                        help="run on the train questions outside the calibration sample instead of test")
     args = parser.parse_args()
     chosen = args.conditions.split(",")
+    if args.validation:
+        TASKS[:] = ["--split", "train", "--task-ids", f"@{validation_ids(args.out)}"]
+    else:
+        TASKS[:] = ["--split", "test", "--limit", str(args.limit)]
+    where = "validation questions (train, outside the calibration sample)" if args.validation else (
+        f"first {args.limit} routerbench test tasks")
     if args.orchestrator:
         orchestrator = f"orchestrator:{args.orchestrator}"
         mine_dir = "orchestrator-" + Path(args.orchestrator).name  # several orchestrators share OUT and its baselines
@@ -132,8 +161,7 @@ def main() -> int:
         mine_dir = args.policy.replace(":", "-").replace("/", "-")
     if args.profiles is not None:
         mine_dir += f"-profiles-{args.profiles.stem}"
-    lines = [f"# Generalization of {orchestrator} on the first {args.limit} routerbench test tasks "
-             f"(--prefer {args.prefer})", "", "| condition | orchestrator accuracy | total $ | dominated by |",
+    lines = [f"# Generalization of {orchestrator} on the {where} (--prefer {args.prefer})", "", "| condition | orchestrator accuracy | total $ | dominated by |",
              "| --- | --- | --- | --- |"]
     panels = {}
     for name, extra in conditions().items():

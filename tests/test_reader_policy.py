@@ -153,10 +153,9 @@ def test_a_plan_consults_a_cheap_label_and_escalates_when_it_commits_to_nothing(
     sure = outcome_offer("sure", 0.01, "RRRRWRRRRW")  # 0.8, always commits
     pool = [shy, sure]
     table = PlanTable(pool, {})
-    odds = table.mixed({"all": 1.0})
-    assert list(odds.single) == pytest.approx([0.5, 0.8]) and list(odds.handed) == pytest.approx([0.5, 0.0])
-    assert odds.pair[0, 1] == pytest.approx(0.9) and odds.pair[1, 0] == pytest.approx(0.8)
-    assert odds.agreed is None  # no answer keys in these profiles: no consult-two plans
+    assert table.plans == [Plan(shy), Plan(sure), Plan(shy, sure), Plan(sure, shy)]  # no answer keys: no consult-two
+    right, paid = table.mixed({"all": 1.0})
+    assert list(right) == pytest.approx([0.5, 0.8, 0.9, 0.8]) and list(paid) == pytest.approx([0, 0, 0.5, 0])
     assert choose_plan(pool, table, {"all": 1.0}, 50, ACCURACY, "expert") == Plan(shy, sure)
     cheaper_sure = [shy, outcome_offer("sure", 0.0001, "RRRRWRRRRW")]  # now sure alone costs less than consulting
     assert choose_plan(cheaper_sure, PlanTable(cheaper_sure, {}), {"all": 1.0}, 50, COST, "expert").fallback is None
@@ -178,15 +177,17 @@ def test_a_plan_consults_two_cheap_labels_and_escalates_when_they_disagree():
     two = keyed_offer("two", 0.001, "aaaaaacccc")  # 0.6; agrees with one on 0-3 only, both right there
     dear = keyed_offer("dear", 0.1, "aaaaaaaaad")  # 0.9
     pool = [one, two, dear]
-    odds = PlanTable(pool, {}).mixed({"all": 1.0})
-    assert odds.agreed[0, 1] == pytest.approx(0.4) and odds.split[0, 1] == pytest.approx(0.6)
-    assert odds.split_right[0, 1, 2] == pytest.approx(0.5)  # dear is right on 4-8 of the 6 they split on
-    assert odds.split_right[0, 1, 1] == pytest.approx(0.2)  # two itself on 4-5
-    # 0.4 + 0.5 = 0.9, as dear alone, for 0.002 + 0.6 * 0.1 instead of 0.1
-    assert choose_plan(pool, PlanTable(pool, {}), {"all": 1.0}, 50, ACCURACY, "expert") == Plan(one, dear, check=two)
+    table = PlanTable(pool, {})
+    right, paid = table.mixed({"all": 1.0})
+    escalate, adopt_two = table.plans.index(Plan(one, dear, check=two)), table.plans.index(Plan(one, two, check=two))
+    # they agree (and are right) on 0-3; dear is right on 4-8 of the 6 they split on, two itself on 4-5
+    assert right[escalate] == pytest.approx(0.9) and right[adopt_two] == pytest.approx(0.6)
+    assert paid[escalate] == pytest.approx(0.6) and paid[adopt_two] == 0  # a consulted fallback is adopted
+    # 0.9, as dear alone, for 0.002 + 0.6 * 0.1 instead of 0.1
+    assert choose_plan(pool, table, {"all": 1.0}, 50, ACCURACY, "expert") == Plan(one, dear, check=two)
     unkeyed = [Offer(o.tool, o.label, o.price, o.latency_s, o.profile.model_copy(update={"answers": None}))
                for o in pool if o.profile]
-    assert PlanTable(unkeyed, {}).mixed({"all": 1.0}).agreed is None
+    assert all(plan.check is None for plan in PlanTable(unkeyed, {}).plans)
     assert choose_plan(unkeyed, PlanTable(unkeyed, {}), {"all": 1.0}, 50, ACCURACY, "expert") == Plan(unkeyed[2])
 
 

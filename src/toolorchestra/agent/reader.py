@@ -142,89 +142,70 @@ class Plan:
 
 
 @dataclass(frozen=True)
-class PlanOdds:
-    """What each plan gets right on a set of calibration questions, and how often it pays its fallback.
-    L labels: `single` (L,) each alone; `pair` (L, L) consult a, else answer with b; `handed` (L,) the share a
-    leaves to b; with answer keys, `agreed` (L, L) the share where a and b commit to the same answer and a is
-    right, `split_right` (L, L, L) the share where they do not and c is right, `split` (L, L) how often not."""
+class PlanStats:
+    """Every plan of a `PlanTable` on the calibration questions of one task type: `right` (plans,) the share it
+    gets right, and `paid` (plans,) the share of questions on which it pays its fallback."""
 
-    single: Any
-    pair: Any
-    handed: Any
-    agreed: Any = None
-    split_right: Any = None
-    split: Any = None
-
-    @classmethod
-    def measure(cls, letters: list[list[str]], keys: list[list[str | None]] | None) -> PlanOdds:
-        import numpy as np
-
-        right = np.array([[letter in "Rr" for letter in row] for row in letters], dtype=float)
-        committed = np.array([[letter in "RW" for letter in row] for row in letters], dtype=float)
-        count = right.shape[1]
-        # consult a, adopt where it committed, else answer with b: E[c_a * right_a + (1 - c_a) * right_b]
-        pair = (committed * right).mean(axis=1)[:, None] + ((1 - committed) @ right.T) / count
-        odds = cls(right.mean(axis=1), pair, 1 - committed.mean(axis=1))
-        if keys is None:
-            return odds
-        labels = len(keys)
-        agree = np.array(
-            [[[x is not None and x == y for x, y in zip(keys[a], keys[b], strict=True)] for b in range(labels)]
-             for a in range(labels)],
-            dtype=float,
-        )  # (L, L, Q)
-        split = 1 - agree
-        return cls(
-            odds.single,
-            odds.pair,
-            odds.handed,
-            agreed=(agree * right[:, None, :]).mean(axis=2),
-            split_right=(split.reshape(labels * labels, count) @ right.T).reshape(labels, labels, labels) / count,
-            split=split.mean(axis=2),
-        )
-
-    def scaled(self, weight: float) -> PlanOdds:
-        return PlanOdds(*(None if part is None else weight * part for part in self._parts()))
-
-    def plus(self, other: PlanOdds) -> PlanOdds:
-        return PlanOdds(*(None if a is None or b is None else a + b for a, b in zip(self._parts(), other._parts())))
-
-    def _parts(self) -> tuple[Any, ...]:
-        return (self.single, self.pair, self.handed, self.agreed, self.split_right, self.split)
+    right: Any
+    paid: Any
 
 
 class PlanTable:
-    """What every plan over one pool gets right on the calibration questions, per task type, from the profiles'
-    per-question outcomes (`ModelProfile.outcomes`) and, where every profile has them, answer keys
+    """Every plan over one pool, and what each gets right on the calibration questions per task type, from the
+    profiles' per-question outcomes (`ModelProfile.outcomes`) and, where every profile has them, answer keys
     (`ModelProfile.answers`): computed once per pool, mixed per question by P(type).
+
+    The plans, in this order: each label alone; consult a, else answer with b (every a != b); with answer keys,
+    consult a and b (a before b), else answer with c (every c; a consulted c is adopted, not paid again).
     `question_types`: calibration question id -> its task type; a question it lacks has no type, and only counts
     when P(type) names no type the calibration questions have."""
 
     def __init__(self, pool: Sequence[Offer], question_types: Mapping[str, str]) -> None:
+        import numpy as np
+
         profiles = [offer.profile for offer in pool]
         if any(profile is None or not profile.outcomes for profile in profiles):
             raise ValueError("PlanTable needs every label's per-question outcomes")
         measured = [profile for profile in profiles if profile is not None]
         shared = sorted(set.intersection(*(set(profile.outcomes or {}) for profile in measured)))
         with_keys = all(profile.answers is not None for profile in measured)
-        self.by_type: dict[str, PlanOdds] = {}
+        labels = len(pool)
+        self.plans: list[Plan] = [Plan(offer) for offer in pool]
+        self.plans += [Plan(pool[a], pool[b]) for a in range(labels) for b in range(labels) if a != b]
+        consult_two = [(a, b) for a in range(labels) for b in range(a + 1, labels)] if with_keys else []
+        self.plans += [Plan(pool[a], pool[c], check=pool[b]) for a, b in consult_two for c in range(labels)]
+        self.by_type: dict[str, PlanStats] = {}
         for subset in sorted({question_types.get(question, "") for question in shared}):
             questions = [question for question in shared if question_types.get(question, "") == subset]
             letters = [[(profile.outcomes or {})[question] for question in questions] for profile in measured]
-            keys = [[(profile.answers or {}).get(question) for question in questions] for profile in measured]
-            self.by_type[subset] = PlanOdds.measure(letters, keys if with_keys else None)
+            right = np.array([[letter in "Rr" for letter in row] for row in letters], dtype=float)  # (L, Q)
+            committed = np.array([[letter in "RW" for letter in row] for row in letters], dtype=float)
+            off_diagonal = ~np.eye(labels, dtype=bool)
+            # consult a, adopt where it committed, else answer with b
+            pair = committed[:, None] * right[:, None] + (1 - committed[:, None]) * right[None, :]  # (L, L, Q)
+            rows = [right, pair[off_diagonal]]
+            paid = [np.zeros(labels), np.repeat(1 - committed.mean(axis=1), labels - 1)]
+            if consult_two:
+                keys = [[(profile.answers or {}).get(question) for question in questions] for profile in measured]
+                for a, b in consult_two:
+                    agree = np.array([x is not None and x == y for x, y in zip(keys[a], keys[b], strict=True)])
+                    rows.append(np.where(agree, right[a], right))  # (L, Q): c answers where they disagree
+                    split = 1 - agree.mean()
+                    paid.append(np.array([0.0 if c in (a, b) else split for c in range(labels)]))
+            plans_right = np.concatenate(rows)  # (plans, Q), one row per plan in self.plans's order
+            self.by_type[subset] = PlanStats(plans_right.mean(axis=1), np.concatenate(paid))
 
-    def mixed(self, type_posterior: Mapping[str, float]) -> PlanOdds:
-        """Every plan's odds for one question: the types' odds weighted by P(type | question)."""
+    def mixed(self, type_posterior: Mapping[str, float]) -> tuple[Any, Any]:
+        """For one question, with the types' shares weighted by P(type | question): each plan's P(right), and the
+        share of questions on which it pays its fallback."""
         weights = {subset: type_posterior.get(subset, 0.0) for subset in self.by_type}
         total = sum(weights.values())
         if total <= 0:  # a type no calibration question has: every type alike
             weights, total = dict.fromkeys(self.by_type, 1.0), float(len(self.by_type))
-        parts = [self.by_type[subset].scaled(weight / total) for subset, weight in weights.items()]
-        mixed = parts[0]
-        for part in parts[1:]:
-            mixed = mixed.plus(part)
-        return mixed
+        shares = {subset: weight / total for subset, weight in weights.items() if weight > 0}
+        right = sum(share * self.by_type[subset].right for subset, share in shares.items())
+        paid = sum(share * self.by_type[subset].paid for subset, share in shares.items())
+        return right, paid
 
 
 def choose_plan(
@@ -235,54 +216,33 @@ def choose_plan(
     preference: Mapping[str, float],
     consult_tool: str,
 ) -> Plan:
-    """The plan with the highest expected reward among: answering with one label; consulting one label with
-    another as the fallback; and, with answer keys, consulting two and answering with a third when they disagree.
-    P(right) comes from the calibration outcomes, dollars and seconds from the prices and latency priors (a
-    fallback is paid on the share of questions it is left, and only if it was not consulted)."""
-    odds = table.mixed(type_posterior)
+    """The plan of `table` with the highest expected reward: P(right) is what it got right on the calibration
+    questions of the question's type, dollars and seconds come from the prices and latency priors, and a
+    fallback is paid on the share of questions it is left.
+
+    With hundreds of plans judged on a few dozen questions per type, the best measured one is partly the
+    luckiest: docs/results.md ("Consult-two plans") measures what that costs on questions outside the sample."""
+    right, paid = table.mixed(type_posterior)
+    index = {offer.label: position for position, offer in enumerate(pool)}
     costs = [offer.price.cost(question_tokens, round(offer.profile.output_tokens)) for offer in pool if offer.profile]
     latency = [offer.latency_s or 0.0 for offer in pool]
-    candidates: list[Plan] = [Plan(offer) for offer in pool]
-    features = [
-        {"cost": costs[a], "latency": latency[a], f"calls:{offer.tool}": 1.0, f"calls:{offer.label}": 1.0}
-        for a, offer in enumerate(pool)
-    ]
-    p_right = [float(value) for value in odds.single]
-    for a, first in enumerate(pool):
-        for b, fallback in enumerate(pool):
-            if a == b:
-                continue
-            candidates.append(Plan(first, fallback))
-            features.append(
-                {
-                    "cost": costs[a] + float(odds.handed[a]) * costs[b],
-                    "latency": latency[a] + float(odds.handed[a]) * latency[b],
-                    f"calls:{consult_tool}": 1.0,
-                    f"calls:{first.tool}": 1.0,
-                    f"calls:{first.label}": 1.0,
-                    f"calls:{fallback.label}": float(odds.handed[a]),
-                }
-            )
-            p_right.append(float(odds.pair[a, b]))
-    if odds.agreed is not None:
-        for a, b in ((a, b) for a in range(len(pool)) for b in range(a + 1, len(pool))):
-            split = float(odds.split[a, b])
-            for c, fallback in enumerate(pool):
-                paid = 0.0 if c in (a, b) else split  # a consulted fallback's answer is adopted
-                candidates.append(Plan(pool[a], fallback, check=pool[b]))
-                features.append(
-                    {
-                        "cost": costs[a] + costs[b] + paid * costs[c],
-                        "latency": max(latency[a], latency[b]) + paid * latency[c],
-                        f"calls:{consult_tool}": 2.0,
-                        f"calls:{pool[a].tool}": 1.0,
-                        f"calls:{pool[a].label}": 1.0,
-                        f"calls:{pool[b].label}": 1.0,
-                    }
-                    | ({} if c in (a, b) else {f"calls:{fallback.label}": paid})
-                )
-                p_right.append(float(odds.agreed[a, b] + odds.split_right[a, b, c]))
+    features = []
+    for plan, share in zip(table.plans, paid, strict=True):
+        first = index[plan.first.label]
+        calls = {f"calls:{plan.first.tool}": 1.0, f"calls:{plan.first.label}": 1.0}
+        cost, seconds = costs[first], latency[first]
+        if plan.check is not None:
+            check = index[plan.check.label]
+            cost, seconds = cost + costs[check], max(seconds, latency[check])
+            calls[f"calls:{plan.check.label}"] = 1.0
+        if plan.fallback is not None:
+            fallback = index[plan.fallback.label]
+            cost, seconds = cost + float(share) * costs[fallback], seconds + float(share) * latency[fallback]
+            calls[f"calls:{consult_tool}"] = 1.0 if plan.check is None else 2.0
+            calls.setdefault(f"calls:{plan.fallback.label}", float(share))
+        features.append({"cost": cost, "latency": seconds, **calls})
+    p_right = [float(value) for value in right]
     # The pool's single labels set the price scale, so that considering plans does not change how much a dollar
     # counts: a plan dearer than the dearest label scores below it.
     rewards = expected_group_rewards(features, p_right, with_cost_floor(preference, COST_FLOOR), scale_rows=len(pool))
-    return candidates[max(range(len(candidates)), key=lambda index: (rewards[index], -index))]
+    return table.plans[max(range(len(table.plans)), key=lambda position: (rewards[position], -position))]
