@@ -4,7 +4,9 @@
 #   2. the shipped trained orchestrator (SmolLM2-135M + the routing adapter in
 #      src/toolorchestra/data/orchestrators/smollm2-135m-orchestrator) on the same test tasks, once per
 #      preference in ORCH_PREFS: it reads the question and the stated preference and names the model to answer,
-#   3. the report: comparison table (printed), accuracy-vs-cost Pareto plot, preference adherence, usage chart.
+#   3. the reader (`--policy reader`, agent/reader.py) on the same tasks, once per preference: it decides from each
+#      label's price and measured profile, never its name (the embedded SmolLM2 reads only the question),
+#   4. the report: comparison table (printed), accuracy-vs-cost Pareto plot, preference adherence, usage chart.
 # Rerunning resumes: finished runs and episodes are not redone (delete $OUT to start over).
 #
 # Settings (environment variables):
@@ -17,6 +19,7 @@
 #                all 945, as in results/routerbench); ORCH_PREFS preferences (default "accuracy cost")
 #   ORCH_TOOLS   tools it is offered (default answer: it names the model that answers), ORCH_TURNS (1),
 #   ORCH_TOKENS (40), ORCH_CONCURRENCY (4)
+#   READER       the reader policy to run too (default reader; empty skips it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,6 +32,7 @@ ORCH_TOOLS="${ORCH_TOOLS:-answer}"
 ORCH_TURNS="${ORCH_TURNS:-1}"
 ORCH_TOKENS="${ORCH_TOKENS:-40}"
 ORCH_CONCURRENCY="${ORCH_CONCURRENCY:-4}"
+READER="${READER-reader}"
 ENV_NAME="replay:routerbench"
 
 if [ ! -x "$PY" ]; then
@@ -68,6 +72,16 @@ for pref in $ORCH_PREFS; do
     --out "$OUT/runs/$(slug "orchestrator:$ORCH")_$pref"
   echo "   took $(( $(date +%s) - orch_started ))s"
 done
+
+if [ -n "$READER" ]; then
+  for pref in $ORCH_PREFS; do
+    echo "== $READER, --prefer $pref, on $scope (the first run reads the questions first)"
+    reader_started=$(date +%s)
+    toolorchestra eval --env "$ENV_NAME" --split test --policy "$READER" "${limit_args[@]}" --prefer "$pref" \
+      --no-progress --out "$OUT/runs/$(slug "$READER")_$pref"
+    echo "   took $(( $(date +%s) - reader_started ))s"
+  done
+fi
 
 echo "== report"
 toolorchestra report "$OUT/runs" --out "$OUT/report"

@@ -161,7 +161,8 @@ def main() -> int:
         mine_dir = args.policy.replace(":", "-").replace("/", "-")
     if args.profiles is not None:
         mine_dir += f"-profiles-{args.profiles.stem}"
-    lines = [f"# Generalization of {orchestrator} on the {where} (--prefer {args.prefer})", "", "| condition | orchestrator accuracy | total $ | dominated by |",
+    lines = [f"# Generalization of {orchestrator} on the {where} (--prefer {args.prefer})", "",
+             "| condition | orchestrator accuracy | total $ | dominated by |",
              "| --- | --- | --- | --- |"]
     panels = {}
     for name, extra in conditions().items():

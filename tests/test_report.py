@@ -189,3 +189,13 @@ def test_html_renders_table_and_images_in_headless_chromium(runs, tmp_path):
     assert len(sizes) == 2 and all(width > 500 and height > 200 for width, height in sizes)
     assert int(rows.group(1)) == len(POLICIES) - 1
     assert "single:gpt-4-1106-preview" in dom
+
+
+def test_reader_runs_are_named_and_grouped_by_their_preference():
+    from toolorchestra.bench.report import Run
+
+    made = [Run(policy="reader", env="replay:routerbench", split="test", metrics={"prefer": prefer, "n": 10},
+                source=Path(prefer)) for prefer in ("accuracy", "cost")]
+    assert [run.kind for run in made] == ["orchestrator", "orchestrator"]
+    assert [run.display for run in made] == ["reader [accuracy]", "reader [cost]"]
+    assert [run.preference_label for run in preference_groups(made)[0].runs] == ["accuracy", "cost"]

@@ -12,7 +12,8 @@ Input: eval output dirs (each with metrics.json), or dirs that contain such dirs
   the orchestrator itself, or no answer) as a stacked bar; report.md/html then have a "Preference
   adherence" section with, per preference, accuracy, cost, mean latency, that answer distribution,
   whether the run is best on its preference's own target, and accuracy/cost per subtask.
-Runs of an orchestrator with a preference are named `POLICY [PREFERENCE]` in tables and plots.
+Runs of an orchestrator (or of the reader policy) with a preference are named `POLICY [PREFERENCE]` in tables
+and plots.
 Input may also be exported results dirs (`toolorchestra export-results`): a metrics.json with
 `by_preference` gives one run per preference.
 matplotlib (Agg) is imported only when the figures are drawn.
@@ -69,6 +70,8 @@ class Run:
         if self.sweep:
             return "sweep"
         head = self.policy.split(":", 1)[0]
+        if head == "reader":  # decides under the user's preference, as an orchestrator does (agent/reader.py)
+            return "orchestrator"
         return head if head in ("single", "oracle", "orchestrator") else "baseline"
 
     @property
