@@ -209,3 +209,21 @@ def test_checker_recomputes_a_reader_run_that_consults_and_adopts(tmp_path):
     result = _check(out)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "24/24" in result.stdout
+
+
+@pytest.mark.parametrize("prefer", ["accuracy", "cost"])
+def test_the_reader_reproduces_its_committed_routerbench_decisions(tmp_path, prefer):
+    """The committed reader runs (docs/results.md, "Consult-two plans"): its first 12 test decisions, consults and
+    escalations included, come out the same from today's code."""
+    if not DATA.exists():
+        pytest.skip(f"shared data not found at {DATA}")
+    folder = "routerbench-catalog" if prefer == "accuracy" else "routerbench-catalog-cost"
+    with (REPO / "results" / "generalization" / "reader" / folder / "reader" / "decisions.csv").open() as handle:
+        committed = list(csv.DictReader(handle))[:12]
+    out = tmp_path / prefer
+    run_eval(EvalRequest(env="replay:routerbench", policy="reader", prefer=prefer, out=out, limit=12, data_dir=DATA,
+                         progress=False))
+    with (out / "decisions.csv").open() as handle:
+        rerun = list(csv.DictReader(handle))
+    keep = ("task_id", "model", "correct", "cost_usd")
+    assert [{k: row[k] for k in keep} for row in rerun] == [{k: row[k] for k in keep} for row in committed]
