@@ -15,9 +15,11 @@ and the call goes to the label with the highest expected ToolOrchestra reward un
 cost floor the shipped recipes train with, so a much cheaper label wins over a slightly more accurate one.
 
 With a consult tool and per-question outcomes in the profiles (`PlanTable`, `choose_plan`), the candidates are
-plans: answer with one label, or consult one, adopt its answer when it commits to one the world can compare,
-and answer with a second label otherwise. A plan's P(right) is what it got right on the calibration questions
-of the question's type; the second label is paid on the share of questions the first leaves to it.
+plans: answer with one label; consult one, adopt its answer when it commits to one the world can compare, and
+answer with a second label otherwise; and, with the profiles' answer keys (`ModelProfile.answers`), consult two,
+adopt their answer when both commit to the same one, and answer with a third otherwise (the cascade's plan). A
+plan's P(right) is what it got right on the calibration questions of the question's type; a fallback is paid on
+the share of questions the consulted labels leave to it.
 
 Why a decision rule and not a generated label: a 135M model trained to pick a row of a price-and-profile
 table learned a prior over rows, not to read the numbers (docs/results.md, "Generalization: an orchestrator
