@@ -147,6 +147,9 @@ def main() -> int:
                         help="run on the train questions outside the calibration sample instead of test")
     args = parser.parse_args()
     chosen = args.conditions.split(",")
+    unknown = sorted(set(chosen) - set(conditions()))
+    if unknown:
+        parser.error(f"--conditions: unknown {', '.join(unknown)}; expected some of {', '.join(conditions())}")
     if args.validation:
         TASKS[:] = ["--split", "train", "--task-ids", f"@{validation_ids(args.out)}"]
     else:
