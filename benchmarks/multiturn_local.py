@@ -6,7 +6,10 @@ caches:
 - **old**: `continuous_batching: false`, the path before backends/continuous.py: each guided row decoded alone
   with jump-forward behind the prefix cache (its 4 most recent prompt prefixes);
 - **new**: `continuous_batching: true`: rows packed into shared passes as they come and go, the domain prompt's
-  KV read once per pass, each episode's own KV kept between its turns.
+  KV read once per pass, each episode's own KV kept between its turns;
+- with `--filed`, first also **filed**: `continuous_batching: false, jump_forward: false`, the path `eval` ran
+  when the issue asking for this decoder was filed: the requests in flight batched together through
+  `generate` with schema-guided logits, one forward pass per token, a prompt prefix shared only within a batch.
 
 Prints episodes/s of both and the ratio new/old, whether every turn of every episode is token-identical, the
 new run's prefill tokens computed vs taken from caches, decode tokens/s, and the physical limit of the new run
@@ -63,7 +66,9 @@ def turns(trajectory: Any) -> list[tuple[Any, ...]]:
     ]
 
 
-def play(model: Any, tokenizer: Any, env: Any, tasks: list[Any], continuous: bool, args: Any) -> dict[str, Any]:
+def play(
+    model: Any, tokenizer: Any, env: Any, tasks: list[Any], continuous: bool, args: Any, jump_forward: bool = True
+) -> dict[str, Any]:
     from toolorchestra.backends.local import LocalBackend, _LoadedModel
     from toolorchestra.bench.eval import evaluate
     from toolorchestra.bench.request import EvalRequest, orchestrator_factory
@@ -78,7 +83,8 @@ def play(model: Any, tokenizer: Any, env: Any, tasks: list[Any], continuous: boo
         progress=False,
     )
     policy: Any = orchestrator_factory(request)(MODEL)
-    backend = LocalBackend(policy.backend.spec.model_copy(update={"continuous_batching": continuous}))
+    spec = policy.backend.spec.model_copy(update={"continuous_batching": continuous, "jump_forward": jump_forward})
+    backend = LocalBackend(spec)
     backend._loaded = _LoadedModel(model, tokenizer)  # the same weights, fresh caches
     policy.backend = backend
     started = time.perf_counter()
@@ -105,6 +111,7 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=5)
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--filed", action="store_true", help="also run the path of the issue's filing (slow)")
     args = parser.parse_args()
 
     import torch
@@ -116,10 +123,12 @@ def main() -> None:
     model, tokenizer = load_hf_model(MODEL)
     env = make_env(f"toolscale:{args.domain}")
     tasks = env.tasks("test")[: args.episodes]
+    filed = play(model, tokenizer, env, tasks, False, args, jump_forward=False) if args.filed else None
     old = play(model, tokenizer, env, tasks, False, args)
     new = play(model, tokenizer, env, tasks, True, args)
 
     same = sum(old["turns"][task.id] == new["turns"][task.id] for task in tasks)
+    runs = [("old", old), ("new", new)] if filed is None else [("filed", filed), ("old", old), ("new", new)]
     stats = new["stats"]
     params = sum(p.numel() for p in model.parameters())
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
@@ -137,13 +146,17 @@ def main() -> None:
         f"toolscale:{args.domain} test, {episodes} episodes x up to {args.turns} turns, {args.episodes} concurrent, "
         f"greedy, --max-tokens {args.max_tokens}, {args.threads} torch thread(s)"
     )
-    for name, run in (("old", old), ("new", new)):
+    for name, run in runs:
         print(
             f"  {name}: {run['wall']:7.1f} s  {episodes / run['wall']:.4f} episodes/s  "
             f"{run['orchestrator_turns']} orchestrator turns, {run['generated']} tokens generated"
         )
     print(f"  ratio new/old: {old['wall'] / new['wall']:.2f}x episodes/s")
     print(f"  token-identical episodes: {same}/{episodes}")
+    if filed is not None:
+        same_filed = sum(filed["turns"][task.id] == new["turns"][task.id] for task in tasks)
+        print(f"  ratio new/filed: {filed['wall'] / new['wall']:.2f}x episodes/s")
+        print(f"  token-identical episodes, filed and new: {same_filed}/{episodes}")
     print(
         f"  new prefill: {computed} tokens computed ({new['prefix_computed']} of them shared prefixes), {taken} "
         f"taken from caches ({from_prefix} shared prefix, {stats.prefill_from_episode} the episode's previous turn)"
