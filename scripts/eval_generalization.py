@@ -15,7 +15,9 @@ Conditions (each an `toolorchestra eval` run into OUT/<condition>/<policy>, resu
   their profiles). It means something for an orchestrator trained with the same `sampler.hold_out_models`, which
   this script does not train; the report gives the point, the share answered by a held-out model, and the catalog
   baselines that dominate it.
-With `--validation`, every run is on the train questions outside the reader's calibration sample (50 per
+With `--env replay:routerbench-dev`, the same on RouterBench's dev world: half of the train split is its train
+split (baselines fitted, profiles measured) and the other half its test split, so that versions of a policy can
+be compared, baselines and all, without the test split. With `--validation`, every run is on the train questions outside the reader's calibration sample (50 per
 subset, the sample the default profiles and question types come from) instead of the test split: a place to
 compare versions of a policy without looking at test. The baselines are fitted on the whole train split, so
 there they are evaluated on questions they were fitted on.
@@ -145,7 +147,11 @@ def main() -> int:
                         help="comma-separated subset of the conditions to run")
     parser.add_argument("--validation", action="store_true",
                         help="run on the train questions outside the calibration sample instead of test")
+    parser.add_argument("--env", default=ENV, choices=[ENV, f"{ENV}-dev"],
+                        help=f"{ENV}-dev: the train split cut in two (its own train and test), to choose without test")
     args = parser.parse_args()
+    global ENV
+    ENV = args.env
     chosen = args.conditions.split(",")
     unknown = sorted(set(chosen) - set(conditions()))
     if unknown:

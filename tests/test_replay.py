@@ -314,3 +314,23 @@ def test_frames_typed_shows_the_reasoning_type_to_the_orchestrator_only(frames):
                 assert typed.record(shown.id, model).correct == frames.record(plain.id, model).correct
     # the plain world's cached tasks were not touched
     assert "query" not in frames.tasks("test")[0].meta
+
+
+@pytest.mark.parametrize("name", ["replay:routerbench", "replay:frames"])
+def test_dev_world_cuts_the_train_split_in_two_and_never_shows_test(name):
+    """`replay:NAME-dev`: half of each subset's train questions train, the rest test; no test question in either,
+    the same halves on every build, and the world's own records and scoring."""
+    world, dev = make_env(name, _data_dir()), make_env(f"{name}-dev", _data_dir())
+    train_ids = {task.id for task in world.tasks("train")}
+    dev_train, dev_test = dev.tasks("train"), dev.tasks("test")
+    assert {task.id for task in dev_train} | {task.id for task in dev_test} == train_ids
+    assert not {task.id for task in dev_train} & {task.id for task in dev_test}
+    for subset in {task.subtask for task in world.tasks("train")}:
+        halves = [sum(task.subtask == subset for task in split) for split in (dev_train, dev_test)]
+        assert abs(halves[0] - halves[1]) <= 1, (subset, halves)
+    assert all(task.split == "test" for task in dev_test) and all(task.split == "train" for task in dev_train)
+    assert [task.id for task in make_env(f"{name}-dev", _data_dir()).tasks("train")] == [t.id for t in dev_train]
+    task = dev_test[0]
+    for model in world.models()[:3]:
+        assert dev.record(task.id, model) == world.record(task.id, model)
+    assert dev.name == f"{name}-dev" and world.name == name

@@ -120,6 +120,31 @@ class ReplayEnv(Env):
         self._build_pool(specs)
         self._by_id = {task.id: task for tasks in data.tasks.values() for task in tasks}
 
+    def as_dev_world(self, seed: int = 0) -> None:
+        """Become this world's dev world (`replay:NAME-dev`): its train split cut in two, a seeded half of each
+        subset's questions the train split and the other half the test split, in the world's order. Records,
+        costs and scoring stay the world's. Policies and their settings can then be chosen, baselines fitted and
+        every condition run, all without the test split."""
+        import random
+
+        train = self.data.tasks["train"]
+        by_subset: dict[str, list[str]] = {}
+        for task in sorted(train, key=lambda task: task.id):
+            by_subset.setdefault(task.subtask or "", []).append(task.id)
+        rng = random.Random(seed)
+        kept = {
+            task_id
+            for subset in sorted(by_subset)
+            for task_id in rng.sample(by_subset[subset], len(by_subset[subset]) // 2)
+        }
+        tasks = {
+            "train": [task.model_copy(update={"split": "train"}) for task in train if task.id in kept],
+            "test": [task.model_copy(update={"split": "test"}) for task in train if task.id not in kept],
+        }
+        self.data = ReplayData(self.data.world, self.data.models, tasks, self.data.records, {"train": 0, "test": 0})
+        self._by_id = {task.id: task for tasks_of_split in tasks.values() for task in tasks_of_split}
+        self.name = f"{self.name}-dev"
+
     def _build_pool(self, specs: list[ModelSpec]) -> None:
         """The pool of replay backends and the expert/answer tools over it."""
         self.specs = {spec.name: spec for spec in specs}

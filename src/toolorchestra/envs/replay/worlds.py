@@ -1,5 +1,6 @@
-"""The replay worlds by name: `replay:routerbench`, `replay:frames`, `replay:frames-typed`, and `replay:DIR`
-(DIR a path: it contains '/' or names an existing directory) for any directory in the replay format
+"""The replay worlds by name: `replay:routerbench`, `replay:frames`, `replay:frames-typed`, their dev worlds
+`replay:routerbench-dev` and `replay:frames-dev` (the train split cut in two, for choosing without test), and
+`replay:DIR` (DIR a path: it contains '/' or names an existing directory) for any directory in the replay format
 (docs/replay.md). The replay package owns its names, so its backend can build a world without the env registry
 (which lists these among all envs). World modules are imported when their world is built: listing stays cheap."""
 
@@ -35,11 +36,24 @@ def _frames_typed(data_dir: Path, **options: Any) -> ReplayEnv:
     return FramesTypedEnv(data_dir, **options)
 
 
+def _dev(factory: Callable[..., ReplayEnv]) -> Callable[..., ReplayEnv]:
+    """The factory of a world's dev world: its train split cut in two (`ReplayEnv.as_dev_world`)."""
+
+    def build(data_dir: Path, **options: Any) -> ReplayEnv:
+        env = factory(data_dir, **options)
+        env.as_dev_world()
+        return env
+
+    return build
+
+
 # name -> factory(data_dir, **options)
 WORLDS: dict[str, Callable[..., ReplayEnv]] = {
     "replay:routerbench": _routerbench,
     "replay:frames": _frames,
     "replay:frames-typed": _frames_typed,
+    "replay:routerbench-dev": _dev(_routerbench),
+    "replay:frames-dev": _dev(_frames),
 }
 
 
