@@ -17,10 +17,11 @@ Conditions (each an `toolorchestra eval` run into OUT/<condition>/<policy>, resu
   baselines that dominate it.
 With `--env replay:routerbench-dev`, the same on RouterBench's dev world: half of the train split is its train
 split (baselines fitted, profiles measured) and the other half its test split, so that versions of a policy can
-be compared, baselines and all, without the test split. With `--validation`, every run is on the train questions outside the reader's calibration sample (50 per
-subset, the sample the default profiles and question types come from) instead of the test split: a place to
-compare versions of a policy without looking at test. The baselines are fitted on the whole train split, so
-there they are evaluated on questions they were fitted on.
+be compared, baselines and all, without the test split. With `--validation`, every run is on the train questions
+outside the reader's 50-per-subset calibration sample (where its question types come from) instead of the test
+split. The baselines are fitted on the whole train split, so there they are evaluated on questions they were
+fitted on; and the reader's default profiles now cover the whole train split too, so pass `--profiles` with
+50-per-subset profiles (`toolorchestra profile`) for a reader that has not seen those questions.
 Under each price condition every non-oracle baseline runs at the same prices (single models, random, cheapest,
 per-subtask, cascade, the router sweep) and the report says which of them dominate the orchestrator's point
 (a' >= a and c' <= c). Writes OUT/report-orchestrator-NAME.md (tables) and OUT/generalization-orchestrator-NAME.png
@@ -134,6 +135,7 @@ def decisions(run: Path) -> dict[str, str]:
 
 
 def main() -> int:
+    global ENV
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     chosen_policy = parser.add_mutually_exclusive_group(required=True)
     chosen_policy.add_argument("--orchestrator", help="a shipped adapter name or model dir")
@@ -141,7 +143,7 @@ def main() -> int:
     parser.add_argument("--limit", type=int, default=945, help="the first N routerbench test tasks")
     parser.add_argument("--prefer", default="accuracy")
     parser.add_argument("--profiles", type=Path, help="the profiles the policy under test is shown (a file of "
-                        "`toolorchestra profile`; default: eval's, 50 train questions per subset)")
+                        "`toolorchestra profile`; default: eval's, for the reader the whole train split)")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--conditions", default="catalog,renamed,gpt4-x0.05,yi34b-x20,permuted,held-out",
                         help="comma-separated subset of the conditions to run")
@@ -150,7 +152,6 @@ def main() -> int:
     parser.add_argument("--env", default=ENV, choices=[ENV, f"{ENV}-dev"],
                         help=f"{ENV}-dev: the train split cut in two (its own train and test), to choose without test")
     args = parser.parse_args()
-    global ENV
     ENV = args.env
     chosen = args.conditions.split(",")
     unknown = sorted(set(chosen) - set(conditions()))

@@ -197,12 +197,13 @@ def test_checker_applies_the_runs_price_scale(tmp_path):
 
 
 def test_checker_recomputes_a_reader_run_that_consults_and_adopts(tmp_path):
-    """The reader under the cost preference consults a cheap model and adopts its answer where it commits: the
-    adopted answer call is no second model call, and the checker must recompute every cost from the raw cells."""
+    """The reader under the accuracy preference consults cheaper models and adopts their answer where they commit
+    to the same one (with whole-train profiles its cost preference answers at once on RouterBench): the adopted
+    answer call is no second model call, and the checker must recompute every cost from the raw cells."""
     if not DATA.exists():
         pytest.skip(f"shared data not found at {DATA}")
     out = tmp_path / "reader"
-    run_eval(EvalRequest(env="replay:routerbench", policy="reader", prefer="cost", out=out, limit=24,
+    run_eval(EvalRequest(env="replay:routerbench", policy="reader", prefer="accuracy", out=out, limit=24,
                          data_dir=DATA, progress=False))
     episodes = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
     assert any(step.get("meta", {}).get("adopted") for episode in episodes for step in episode["steps"])
@@ -213,12 +214,13 @@ def test_checker_recomputes_a_reader_run_that_consults_and_adopts(tmp_path):
 
 @pytest.mark.parametrize("prefer", ["accuracy", "cost"])
 def test_the_reader_reproduces_its_committed_routerbench_decisions(tmp_path, prefer):
-    """The committed reader runs (docs/results.md, "Consult-two plans"): its first 12 test decisions, consults and
-    escalations included, come out the same from today's code."""
+    """The committed reader runs with profiles measured on the whole train split, the default since the dev worlds
+    chose it (docs/results.md, "Consult-two plans" and "The reader's settings chosen on dev worlds"): their first 12
+    test decisions, consults and escalations included, come out the same from today's code and its defaults."""
     if not DATA.exists():
         pytest.skip(f"shared data not found at {DATA}")
     folder = "routerbench-catalog" if prefer == "accuracy" else "routerbench-catalog-cost"
-    with (REPO / "results" / "generalization" / "reader" / folder / "reader" / "decisions.csv").open() as handle:
+    with (REPO / "results" / "generalization" / "reader" / folder / "reader-profiles-rb-profiles-full" / "decisions.csv").open() as handle:
         committed = list(csv.DictReader(handle))[:12]
     out = tmp_path / prefer
     run_eval(EvalRequest(env="replay:routerbench", policy="reader", prefer=prefer, out=out, limit=12, data_dir=DATA,

@@ -241,7 +241,8 @@ def test_scoring_is_deterministic(frames, routerbench):
 def test_unknown_env_and_split_are_user_errors(routerbench):
     names = env_names()
     assert names == sorted(names) and {"replay:frames", "replay:routerbench"} <= set(names)
-    with pytest.raises(UserError, match="valid: frames-live, hle, replay:frames, replay:frames-typed, replay:routerbench, "):
+    valid = "valid: frames-live, hle, replay:frames, replay:frames-dev, replay:frames-typed, replay:routerbench, "
+    with pytest.raises(UserError, match=valid + "replay:routerbench-dev, "):
         make_env("replay:nope", _data_dir())
     with pytest.raises(UserError, match="has splits"):
         routerbench.tasks("dev")

@@ -58,7 +58,10 @@ NOOP_ANSWER = REFUSAL_ANSWER
 DEFAULT_CASCADE_LAMBDA = 0.1
 CONSULT_TOOL = "expert"  # the tool the reader consults a label with before it answers (replay worlds offer it)
 DEFAULT_READER = "smollm2-135m"  # the model that reads questions for the reader policy
-CALIBRATION_PER_TYPE = 50  # the reader's calibration questions per task type: the sample profiles are measured on
+CALIBRATION_PER_TYPE = 50  # the reader's calibration questions per task type, that place a question among types
+# The train questions per task type the reader's default profiles are measured on: all of them. Chosen on the
+# dev worlds, without test (docs/results.md, "The reader's settings chosen on dev worlds").
+READER_PROFILE_PER_TYPE: int | None = None
 MIN_SUBTASK_TRAIN = 30  # fewer train tasks than this: a subtask uses the parameters fit on all of train
 
 
