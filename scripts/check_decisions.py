@@ -29,6 +29,8 @@ Per row:
 - A row whose `model` is empty (the policy answered itself): with trajectories.jsonl beside it, a final
   answer that is word for word the raw response of a model the episode called (a cascade passing an
   expert's reply on) must have that response's raw grade; otherwise its `correct` is not recomputed.
+- A dev world (`replay:routerbench-dev`, `replay:frames-dev`): both of its splits are rows of the world's raw
+  train split, checked as such.
 Per preference: n, correct, accuracy, total cost, mean latency and per-subtask n/correct/cost (subtask
 from the raw data) of the CSV must equal metrics.json's.
 
@@ -208,6 +210,8 @@ class Checker:
     def raw(self, env: str, split: str):
         world = str(env).split(":", 1)[-1]
         world = {"frames-typed": "frames"}.get(world, world)  # the same records, the type shown to the orchestrator
+        if world in ("routerbench-dev", "frames-dev"):  # a dev world: both its splits are halves of the train split
+            world, split = world[: -len("-dev")], "train"
         key = (world, split)
         if key not in self._raw:
             if world == "routerbench":

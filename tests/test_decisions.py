@@ -229,3 +229,21 @@ def test_the_reader_reproduces_its_committed_routerbench_decisions(tmp_path, pre
         rerun = list(csv.DictReader(handle))
     keep = ("task_id", "model", "correct", "cost_usd")
     assert [{k: row[k] for k in keep} for row in rerun] == [{k: row[k] for k in keep} for row in committed]
+
+
+def test_checker_reads_a_dev_world_run_from_the_raw_train_rows(tmp_path):
+    """A run on replay:routerbench-dev (its test half is raw train rows) is checked row by row, and a tampered
+    cost is caught."""
+    if not DATA.exists():
+        pytest.skip(f"shared data not found at {DATA}")
+    out = tmp_path / "dev"
+    run_eval(EvalRequest(env="replay:routerbench-dev", policy=f"single:{GPT4}", out=out, limit=20, data_dir=DATA,
+                         progress=False))
+    result = _check(out)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "20/20" in result.stdout
+    path = out / "decisions.csv"
+    row = _rows(path)[0]
+    path.write_text(path.read_text().replace(row["cost_usd"], str(float(row["cost_usd"]) * 3), 1))
+    result = _check(out)
+    assert result.returncode == 1 and "cost_usd" in result.stdout
