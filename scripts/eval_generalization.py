@@ -162,7 +162,7 @@ def main() -> int:
     else:
         TASKS[:] = ["--split", "test", "--limit", str(args.limit)]
     where = "validation questions (train, outside the calibration sample)" if args.validation else (
-        f"first {args.limit} routerbench test tasks")
+        f"first {args.limit} {ENV} test tasks")
     if args.orchestrator:
         orchestrator = f"orchestrator:{args.orchestrator}"
         mine_dir = "orchestrator-" + Path(args.orchestrator).name  # several orchestrators share OUT and its baselines
