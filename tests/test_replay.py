@@ -335,3 +335,7 @@ def test_dev_world_cuts_the_train_split_in_two_and_never_shows_test(name):
     for model in world.models()[:3]:
         assert dev.record(task.id, model) == world.record(task.id, model)
     assert dev.name == f"{name}-dev" and world.name == name
+    # exported results of a dev world go to a folder of their own, never beside the world's test runs
+    from toolorchestra.envs.registry import world_of
+
+    assert world_of(dev.name) == f"{name.split(':')[1]}-dev"

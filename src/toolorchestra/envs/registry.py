@@ -61,11 +61,8 @@ ENVS: dict[str, EnvFactory] = {
 
 # Envs that are another env's world seen differently by the orchestrator (same tasks, records and costs):
 # their results sit beside, and are checked against, that world's.
-SAME_WORLD: dict[str, str] = {
-    "replay:frames-typed": "replay:frames",
-    "replay:routerbench-dev": "replay:routerbench",
-    "replay:frames-dev": "replay:frames",
-}
+# (Not the dev worlds: their test split is the world's train questions, so their results stay apart.)
+SAME_WORLD: dict[str, str] = {"replay:frames-typed": "replay:frames"}
 
 
 def world_of(name: str) -> str:
