@@ -113,6 +113,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--filed", action="store_true", help="also run the path of the issue's filing (slow)")
     args = parser.parse_args()
+    for name in ("episodes", "turns", "max_tokens", "threads"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
 
     import torch
 

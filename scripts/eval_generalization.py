@@ -140,7 +140,7 @@ def main() -> int:
     chosen_policy = parser.add_mutually_exclusive_group(required=True)
     chosen_policy.add_argument("--orchestrator", help="a shipped adapter name or model dir")
     chosen_policy.add_argument("--policy", help="another policy under test, e.g. reader (agent/reader.py)")
-    parser.add_argument("--limit", type=int, default=945, help="the first N routerbench test tasks")
+    parser.add_argument("--limit", type=int, help="the first N test tasks (default: all; 945 on routerbench)")
     parser.add_argument("--prefer", default="accuracy")
     parser.add_argument("--profiles", type=Path, help="the profiles the policy under test is shown (a file of "
                         "`toolorchestra profile`; default: eval's, for the reader the whole train split)")
@@ -160,9 +160,9 @@ def main() -> int:
     if args.validation:
         TASKS[:] = ["--split", "train", "--task-ids", f"@{validation_ids(args.out)}"]
     else:
-        TASKS[:] = ["--split", "test", "--limit", str(args.limit)]
+        TASKS[:] = ["--split", "test", *(["--limit", str(args.limit)] if args.limit else [])]
     where = "validation questions (train, outside the calibration sample)" if args.validation else (
-        f"first {args.limit} {ENV} test tasks")
+        f"first {args.limit} {ENV} test tasks" if args.limit else f"{ENV} test tasks")
     if args.orchestrator:
         orchestrator = f"orchestrator:{args.orchestrator}"
         mine_dir = "orchestrator-" + Path(args.orchestrator).name  # several orchestrators share OUT and its baselines

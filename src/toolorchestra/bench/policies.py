@@ -62,6 +62,7 @@ CALIBRATION_PER_TYPE = 50  # the reader's calibration questions per task type, t
 # The train questions per task type the reader's default profiles are measured on: all of them. Chosen on the
 # dev worlds, without test (docs/results.md, "The reader's settings chosen on dev worlds").
 READER_PROFILE_PER_TYPE: int | None = None
+PROFILE_PER_TYPE = 50  # what an LM orchestrator's prompt shows profiles of (a compact prompt, as it was trained)
 MIN_SUBTASK_TRAIN = 30  # fewer train tasks than this: a subtask uses the parameters fit on all of train
 
 

@@ -11,7 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from toolorchestra.agent.trajectory import Trajectory
-from toolorchestra.bench.policies import READER_PROFILE_PER_TYPE, OrchestratorPolicy, Policy, parse_policy
+from toolorchestra.bench.policies import (
+    PROFILE_PER_TYPE,
+    READER_PROFILE_PER_TYPE,
+    OrchestratorPolicy,
+    Policy,
+    parse_policy,
+)
 from toolorchestra.envs.base import Env, Task
 from toolorchestra.envs.capabilities import AsyncScoring, LabeledModels, ModelWorld
 from toolorchestra.errors import UserError
@@ -146,9 +152,7 @@ def _apply_label_options(env: Env, request: EvalRequest) -> None:
         from toolorchestra.envs.replay.profiles import measure_profiles
 
         reader = request.policy.partition(":")[0] == "reader"
-        env.show_profiles(
-            measure_profiles(env, "train", READER_PROFILE_PER_TYPE) if reader else measure_profiles(env, "train")
-        )
+        env.show_profiles(measure_profiles(env, "train", READER_PROFILE_PER_TYPE if reader else PROFILE_PER_TYPE))
     elif shown != "none":
         from toolorchestra.envs.replay.profiles import read_profiles
 
