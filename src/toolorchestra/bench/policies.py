@@ -432,13 +432,25 @@ class ReaderPolicy(Policy):
     """agent/reader.py's decision: the plan with the highest expected reward (answer with one label, or consult
     one and escalate when its answer commits to nothing), from the labels' prices and profiles; the reader model
     places each question among the calibration questions of the env's train split (the sample the profiles are
-    measured on, envs/replay/profiles.py)."""
+    measured on, envs/replay/profiles.py).
 
-    def __init__(self, name: str, env: Env, preference: Preference, model: str = DEFAULT_READER) -> None:
+    Over a live pool (`toolorchestra run --policy reader`, `serve --policy reader`) `env` is None: the labels'
+    profiles come from the catalog, the calibration questions from `calibration` (the replay world the profiles
+    were measured on), and the plans are single labels, since nothing can say whether a live answer commits."""
+
+    def __init__(
+        self,
+        name: str,
+        env: Env | None,
+        preference: Preference,
+        model: str = DEFAULT_READER,
+        calibration: Env | None = None,
+    ) -> None:
         from toolorchestra.backends.question_reader import QuestionReader
 
         self.name = name
         self.env = env
+        self.calibration = calibration or env
         self.preference = preference
         self.reader = QuestionReader(model)
         self._calibrated = False
@@ -481,10 +493,7 @@ class ReaderPolicy(Policy):
             if task.id not in self._posteriors:
                 await asyncio.to_thread(self.prepare, [task])
             if task.id not in self._posteriors:
-                raise UserError(
-                    f"--policy {self.name}: the profiles measure task types {types}, but env {self.env.name!r} "
-                    "has no train split with two or more task types to place a question among them"
-                )
+                raise UserError(self._no_calibration(types))
             posterior = self._posteriors[task.id]
         tokens, weights = count_tokens(task.prompt), self.preference.weights()
         consult = next((tool.name for tool in tools if tool.name == CONSULT_TOOL), None)
@@ -521,9 +530,22 @@ class ReaderPolicy(Policy):
             self._tables[key] = PlanTable(pool, types)
         return self._tables[key]
 
+    def _no_calibration(self, types: list[str]) -> str:
+        if self.calibration is None:
+            return (
+                f"--policy {self.name}: the profiles measure task types {types}; pass --calibration ENV, the "
+                "replay world they were measured on, whose train split places a question among them"
+            )
+        return (
+            f"--policy {self.name}: the profiles measure task types {types}, but env {self.calibration.name!r} "
+            "has no train split with two or more task types to place a question among them"
+        )
+
     def _train_tasks(self) -> list[Task]:
+        if self.calibration is None:
+            return []
         try:
-            return self.env.tasks("train")
+            return self.calibration.tasks("train")
         except UserError:  # an env without a train split
             return []
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from toolorchestra.agent.trajectory import Step, Trajectory
+from toolorchestra.errors import UserError
 
 
 def register(app: typer.Typer) -> None:
@@ -33,9 +34,38 @@ def run(
     ),
     save: Path | None = typer.Option(None, "--save", help="Append the trajectory to this JSONL file."),
     as_json: bool = typer.Option(False, "--json", help="Print the trajectory as JSON instead of the step view."),
+    policy: str = typer.Option(
+        "orchestrator",
+        "--policy",
+        help="orchestrator: the catalog's orchestrator model writes the calls | reader[:MODEL]: the answer goes "
+        "to the label whose price and profile (the catalog's `profile:`) give the highest expected reward under "
+        "--prefer, whatever its name (agent/reader.py); MODEL reads the question (default smollm2-135m).",
+    ),
+    calibration: str | None = typer.Option(
+        None,
+        "--calibration",
+        help="With --policy reader and profiles of several task types: the replay world they were measured on "
+        "(e.g. replay:DIR); its train split places the question among the types.",
+    ),
+    profiles: Path | None = typer.Option(
+        None,
+        "--profiles",
+        help="With --policy reader: a file `toolorchestra profile` wrote (model name -> profile), for the "
+        "catalog's models of those names, in place of their `profile:`.",
+    ),
 ) -> None:
     """Answer QUESTION with an orchestrator that calls tools and other models; print each step's tokens and dollars."""
-    trajectory = asyncio.run(_run(question, config, prefer, max_turns, max_budget, temperature, corpus, as_json))
+    kind, _, reader_model = policy.partition(":")
+    if kind not in ("orchestrator", "reader") or (kind == "orchestrator" and reader_model):
+        raise UserError(f"--policy {policy!r}: expected orchestrator or reader[:MODEL]")
+    if (calibration or profiles) and kind != "reader":
+        raise UserError("--calibration and --profiles are read by --policy reader only")
+    if kind == "reader":
+        trajectory = asyncio.run(
+            _run_reader(question, config, prefer, corpus, reader_model, calibration, profiles, as_json)
+        )
+    else:
+        trajectory = asyncio.run(_run(question, config, prefer, max_turns, max_budget, temperature, corpus, as_json))
     if save:
         from toolorchestra.agent.trajectory import write_trajectory
 
@@ -95,6 +125,56 @@ async def _run(
         return await orchestrator.run(Task(id="cli", split="cli", prompt=question))
     finally:
         await pool.aclose()
+
+
+async def _run_reader(
+    question: str,
+    config: Path | None,
+    prefer: str | None,
+    corpus: Path | None,
+    reader_model: str,
+    calibration: str | None,
+    profiles: Path | None,
+    quiet: bool,
+) -> Trajectory:
+    """One episode of the reader over the catalog's answer labels: it places the question among the profiles'
+    task types (with --calibration), weighs each label's expected reward, and answers with the best one."""
+    from toolorchestra.agent.preference import Preference
+    from toolorchestra.backends.pool import ModelPool
+    from toolorchestra.bench.policies import DEFAULT_READER, ReaderPolicy
+    from toolorchestra.catalog import default_catalog, load_catalog
+    from toolorchestra.envs.base import Task
+    from toolorchestra.envs.registry import make_env
+    from toolorchestra.tools.factory import build_tools
+
+    catalog = load_catalog(config) if config else default_catalog(corpus)
+    if profiles is not None:
+        from toolorchestra.envs.replay.profiles import read_profiles
+
+        names = [model.name for model in catalog.models]
+        measured = read_profiles(profiles, names, others=True)
+        if not measured:
+            raise UserError(f"--profiles {profiles}: profiles no model of the catalog ({', '.join(names)})")
+        models = [model.model_copy(update={"profile": measured.get(model.name, model.profile)}) for model in catalog.models]
+        catalog = catalog.model_copy(update={"models": models})
+    pool = ModelPool(catalog.models)
+    tools = build_tools(catalog.tools, pool)
+    local_tools = [spec.name for spec in catalog.tools if spec.type in ("python", "search")]
+    reader = ReaderPolicy(
+        "reader" + (f":{reader_model}" if reader_model else ""),
+        None,
+        Preference.parse(prefer, local_tools),
+        reader_model or DEFAULT_READER,
+        calibration=make_env(calibration) if calibration else None,
+    )
+    try:
+        trajectory = await reader.run(Task(id="cli", split="cli", prompt=question), tools)
+    finally:
+        await pool.aclose()
+    if not quiet:
+        for step in trajectory.steps:
+            _print_step(step)
+    return trajectory
 
 
 def _console():

@@ -99,15 +99,17 @@ def write_profiles(profiles: dict[str, ModelProfile], path: Path, source: str) -
     path.write_text(f"# {source}\n{body}")
 
 
-def read_profiles(path: Path, models: list[str]) -> dict[str, ModelProfile]:
+def read_profiles(path: Path, models: list[str], *, others: bool = False) -> dict[str, ModelProfile]:
     """A profile file (`toolorchestra profile --out`) for these models; a model it lacks keeps no profile, and a
-    bad entry or a model the world lacks is a UserError naming it."""
+    bad entry is a UserError naming it. So is a model the world lacks, unless `others` (a live catalog may
+    deploy some of the models its owner's logs were measured on): then that entry is skipped."""
     data = read_yaml(path)
     if not isinstance(data, dict):
         raise UserError(f"{path}: expected a mapping of model name -> profile")
     unknown = sorted(set(data) - set(models))
-    if unknown:
+    if unknown and not others:
         raise UserError(f"{path}: no model {', '.join(map(repr, unknown))} in this world; models: {', '.join(models)}")
+    data = {model: entry for model, entry in data.items() if model in models}
     profiles = {}
     for model, entry in data.items():
         try:

@@ -1,0 +1,192 @@
+"""`toolorchestra run --policy reader` over live endpoints: two OpenAI-compatible servers on 127.0.0.1, each
+label with a price and a profile in the catalog. The reader must follow the numbers (a price change moves the
+answer), pay what the server's usage says, and refuse what it cannot read with one clear line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+BIN = Path(sys.executable).parent
+
+
+class AnsweringServer:
+    """An OpenAI-compatible chat endpoint that answers every request with `answer` and a fixed usage, and
+    counts the requests it got."""
+
+    def __init__(self, answer: str, usage: tuple[int, int]) -> None:
+        self.answer, self.usage, self.requests = answer, usage, 0
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                server.requests += 1
+                body = {
+                    "id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": "served",
+                    "choices": [{"index": 0, "message": {"role": "assistant", "content": server.answer},
+                                 "finish_reason": "stop"}],
+                    "usage": {"prompt_tokens": server.usage[0], "completion_tokens": server.usage[1],
+                              "total_tokens": sum(server.usage)},
+                }
+                data = json.dumps(body).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        return Handler
+
+
+@pytest.fixture
+def servers() -> Iterator[dict[str, AnsweringServer]]:
+    started = {"strong": AnsweringServer("Paris (strong)", (1000, 100)),
+               "weak": AnsweringServer("Paris (weak)", (1000, 100))}
+    yield started
+    for server in started.values():
+        server.stop()
+
+
+def catalog(tmp_path: Path, servers: dict[str, AnsweringServer], prices: dict[str, float],
+            accuracy: dict[str, dict[str, float]] | None = None) -> Path:
+    """A catalog whose answer tool offers the two servers under names that say nothing (ans-1, ans-2)."""
+    accuracy = accuracy or {"strong": {"qa": 0.9}, "weak": {"qa": 0.5}}
+    models = [{"name": "smollm2-135m", "backend": {"type": "local", "path": "smollm2-135m"}}]
+    for name, server in servers.items():
+        models.append({
+            "name": name,
+            "backend": {"type": "openai", "base_url": server.url, "model": name, "max_retries": 0},
+            "price": {"input_per_m": prices[name], "output_per_m": prices[name]},
+            "profile": {"n": 50, "accuracy": accuracy[name], "output_tokens": 100},
+        })
+    path = tmp_path / "catalog.yaml"
+    path.write_text(yaml.safe_dump({
+        "orchestrator": "smollm2-135m",
+        "models": models,
+        "tools": [{"name": "answer", "type": "answer", "models": {"ans-1": "weak", "ans-2": "strong"}}],
+    }))
+    return path
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(BIN / "toolorchestra"), "run", *args], capture_output=True, text=True, timeout=300)
+
+
+def answered(result: subprocess.CompletedProcess[str]) -> tuple[str, float]:
+    assert result.returncode == 0, result.stderr[-2000:]
+    record = json.loads(result.stdout)
+    [step] = [step for step in record["steps"] if step["kind"] == "tool"]
+    assert step["name"] == "answer" and record["stop_reason"] == "answer"
+    return step["model"], record["cost_usd"]
+
+
+def test_the_reader_answers_with_the_label_its_price_and_profile_favour(tmp_path, servers):
+    # At these prices the strong model costs 1.1e-3 and the weak one 1.1e-5 per answer.
+    dear = catalog(tmp_path, servers, {"strong": 1.0, "weak": 0.01})
+    model, cost = answered(run("Capital of France?", "--config", str(dear), "--policy", "reader",
+                               "--prefer", "accuracy", "--json"))
+    assert model == "strong" and cost == pytest.approx(1100 / 1e6)  # the server's usage at the catalog's price
+    model, cost = answered(run("Capital of France?", "--config", str(dear), "--policy", "reader",
+                               "--prefer", "cost", "--json"))
+    assert model == "weak" and cost == pytest.approx(11 / 1e6)
+    assert (servers["strong"].requests, servers["weak"].requests) == (1, 1)
+
+
+def test_a_price_change_moves_the_answer_with_no_name_involved(tmp_path, servers):
+    # The same pool with the strong model now the cheaper one: under "cost" the reader follows the price.
+    cheap = catalog(tmp_path, servers, {"strong": 0.01, "weak": 1.0})
+    model, _ = answered(run("Capital of France?", "--config", str(cheap), "--policy", "reader",
+                            "--prefer", "cost", "--json"))
+    assert model == "strong"
+    # And a profile change does too: the weak model measured as the accurate one.
+    swapped = catalog(tmp_path, servers, {"strong": 1.0, "weak": 1.0},
+                      {"strong": {"qa": 0.5}, "weak": {"qa": 0.9}})
+    model, _ = answered(run("Capital of France?", "--config", str(swapped), "--policy", "reader",
+                            "--prefer", "accuracy", "--json"))
+    assert model == "weak"
+
+
+def test_what_the_reader_cannot_read_is_one_clear_line(tmp_path, servers):
+    # No profile on a label.
+    path = catalog(tmp_path, servers, {"strong": 1.0, "weak": 0.01})
+    data = yaml.safe_load(path.read_text())
+    del data["models"][1]["profile"]
+    path.write_text(yaml.safe_dump(data))
+    result = run("q", "--config", str(path), "--policy", "reader")
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert "no capability profile" in result.stderr and "ans-2" in result.stderr
+    # Profiles of several task types and nothing to place the question among them.
+    typed = catalog(tmp_path, servers, {"strong": 1.0, "weak": 0.01},
+                    {"strong": {"qa": 0.9, "math": 0.4}, "weak": {"qa": 0.5, "math": 0.6}})
+    result = run("q", "--config", str(typed), "--policy", "reader")
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert "--calibration" in result.stderr
+    # An unknown policy, and --calibration without the reader.
+    result = run("q", "--config", str(typed), "--policy", "readr")
+    assert result.returncode != 0 and "--policy 'readr'" in result.stderr and "Traceback" not in result.stderr
+    result = run("q", "--config", str(typed), "--calibration", "replay:routerbench")
+    assert result.returncode != 0 and "--calibration" in result.stderr and "Traceback" not in result.stderr
+    assert servers["strong"].requests == servers["weak"].requests == 0
+
+
+def test_profiles_measured_on_your_logs_route_live_questions_by_type(tmp_path, servers):
+    """The whole flow a user follows: profile the models on a replay world of their own logs, then run live
+    endpoints of the same names with those profiles, the real SmolLM2 placing each question among the types."""
+    from test_reader_policy import write_typed_world
+
+    world = write_typed_world(tmp_path / "logs")
+    profiles = tmp_path / "profiles.yaml"
+    measured = subprocess.run([str(BIN / "toolorchestra"), "profile", "--env", f"replay:{world}", "--out",
+                               str(profiles)], capture_output=True, text=True, timeout=300)
+    assert measured.returncode == 0, measured.stderr[-2000:]
+    path = tmp_path / "live.yaml"
+    path.write_text(yaml.safe_dump({
+        "orchestrator": "smollm2-135m",
+        "models": [{"name": "smollm2-135m", "backend": {"type": "local", "path": "smollm2-135m"}}] + [
+            {"name": name, "backend": {"type": "openai", "base_url": servers[kind].url, "model": name,
+                                       "max_retries": 0},
+             "price": {"per_call": 0.001}}
+            for name, kind in (("mathy", "strong"), ("histo", "weak"))],
+        "tools": [{"name": "answer", "type": "answer", "models": {"one": "mathy", "two": "histo"}}],
+    }))
+    common = ["--config", str(path), "--policy", "reader", "--profiles", str(profiles), "--prefer", "accuracy",
+              "--json"]
+    without = run("Compute 5 + 15 and write the sum as a number.", *common)
+    assert without.returncode != 0 and "--calibration" in without.stderr  # two types, nothing to place it by
+    common += ["--calibration", f"replay:{world}"]
+    assert answered(run("Compute 7 + 21 and write the sum as a number.", *common))[0] == "mathy"
+    assert answered(run("In which year did the cold war end? Name the year only.", *common))[0] == "histo"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(profiles.read_text().replace("mathy:", "mathz:", 1))
+    result = run("q", *[arg if arg != str(profiles) else str(bad) for arg in common])
+    # a profile of another name leaves its label without one, and the error names the label
+    assert result.returncode != 0 and "labels ['one']" in result.stderr and "Traceback" not in result.stderr
+    bad.write_text("somebody-else:\n  n: 3\n  accuracy: {qa: 0.5}\n")
+    result = run("q", *[arg if arg != str(profiles) else str(bad) for arg in common])
+    assert result.returncode != 0 and "profiles no model of the catalog" in result.stderr
