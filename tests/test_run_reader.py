@@ -190,3 +190,33 @@ def test_profiles_measured_on_your_logs_route_live_questions_by_type(tmp_path, s
     bad.write_text("somebody-else:\n  n: 3\n  accuracy: {qa: 0.5}\n")
     result = run("q", *[arg if arg != str(profiles) else str(bad) for arg in common])
     assert result.returncode != 0 and "profiles no model of the catalog" in result.stderr
+
+
+def test_serve_answers_as_the_reader_and_refuses_a_pool_it_cannot_read(tmp_path, servers):
+    """`serve --policy reader` serves `orchestrator:reader` beside the catalog's orchestrator: a client's
+    request is answered by the label the prices and profiles favour; a pool it cannot read stops it at start."""
+    import openai
+
+    path = catalog(tmp_path, servers, {"strong": 1.0, "weak": 0.01})
+    process = subprocess.Popen([str(BIN / "toolorchestra"), "serve", "--config", str(path), "--port", "0",
+                                "--policy", "reader", "--prefer", "cost"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        banner = process.stdout.readline()
+        assert "orchestrator:reader" in banner, process.stderr.read() if process.poll() is not None else banner
+        client = openai.OpenAI(base_url=banner.split(" at ")[1].split()[0], api_key="x", max_retries=0,
+                               timeout=60)
+        assert "orchestrator:reader" in [model.id for model in client.models.list()]
+        response = client.chat.completions.create(
+            model="orchestrator:reader", messages=[{"role": "user", "content": "Capital of France?"}])
+        assert response.choices[0].message.content == "Paris (weak)"
+        assert (servers["strong"].requests, servers["weak"].requests) == (0, 1)
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
+    data = yaml.safe_load(path.read_text())
+    del data["models"][1]["profile"]
+    path.write_text(yaml.safe_dump(data))
+    result = subprocess.run([str(BIN / "toolorchestra"), "serve", "--config", str(path), "--port", "0",
+                             "--policy", "reader"], capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0 and "Traceback" not in result.stderr and "no capability profile" in result.stderr

@@ -23,6 +23,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -33,7 +34,7 @@ from toolorchestra.agent.preference import Preference
 from toolorchestra.agent.reader import Offer, Plan, PlanTable, all_outcomes, choose, choose_plan, offers, task_types
 from toolorchestra.agent.trajectory import Trajectory
 from toolorchestra.backends.base import Backend, ToolCall
-from toolorchestra.catalog.schema import Price
+from toolorchestra.catalog.schema import Catalog, Price
 from toolorchestra.envs.base import Env, Task
 from toolorchestra.envs.capabilities import GoldActionTasks
 from toolorchestra.envs.toolscale.tasks import REFUSAL_ANSWER, gold_answer
@@ -530,6 +531,15 @@ class ReaderPolicy(Policy):
             self._tables[key] = PlanTable(pool, types)
         return self._tables[key]
 
+    def check_pool(self, tools: Sequence[Tool]) -> None:
+        """Before any question: UserError unless every answer label has a profile and, where the profiles
+        measure several task types, the calibration questions can place a question among them (read now)."""
+        types = task_types(offers(tools))
+        if len(types) > 1:
+            with self._reading:
+                if not self._calibrate():
+                    raise UserError(self._no_calibration(types))
+
     def _no_calibration(self, types: list[str]) -> str:
         if self.calibration is None:
             return (
@@ -548,6 +558,31 @@ class ReaderPolicy(Policy):
             return self.calibration.tasks("train")
         except UserError:  # an env without a train split
             return []
+
+
+def live_reader(
+    catalog: Catalog, spec: str, preference: Preference, calibration: str | None, profiles: Path | None
+) -> tuple[Catalog, ReaderPolicy]:
+    """`--policy reader[:MODEL]` over a live catalog (`run`, `serve`): the catalog with `profiles` (a file
+    `toolorchestra profile` wrote) in place of its models' `profile:`, and the reader, with `calibration` (the
+    replay world the profiles were measured on) to place questions among their task types."""
+    from toolorchestra.envs.registry import make_env
+    from toolorchestra.envs.replay.profiles import read_profiles
+
+    kind, _, model = spec.partition(":")
+    if kind != "reader":
+        raise UserError(f"--policy {spec!r}: expected orchestrator or reader[:MODEL]")
+    if profiles is not None:
+        names = [entry.name for entry in catalog.models]
+        measured = read_profiles(profiles, names, others=True)
+        if not measured:
+            raise UserError(f"--profiles {profiles}: profiles no model of the catalog ({', '.join(names)})")
+        models = [
+            entry.model_copy(update={"profile": measured.get(entry.name, entry.profile)}) for entry in catalog.models
+        ]
+        catalog = catalog.model_copy(update={"models": models})
+    world = make_env(calibration) if calibration else None
+    return catalog, ReaderPolicy(spec, None, preference, model or DEFAULT_READER, calibration=world)
 
 
 def question_text(task: Task) -> str:

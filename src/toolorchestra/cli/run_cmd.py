@@ -55,15 +55,10 @@ def run(
     ),
 ) -> None:
     """Answer QUESTION with an orchestrator that calls tools and other models; print each step's tokens and dollars."""
-    kind, _, reader_model = policy.partition(":")
-    if kind not in ("orchestrator", "reader") or (kind == "orchestrator" and reader_model):
-        raise UserError(f"--policy {policy!r}: expected orchestrator or reader[:MODEL]")
-    if (calibration or profiles) and kind != "reader":
+    if policy != "orchestrator":
+        trajectory = asyncio.run(_run_reader(question, config, prefer, corpus, policy, calibration, profiles, as_json))
+    elif calibration or profiles:
         raise UserError("--calibration and --profiles are read by --policy reader only")
-    if kind == "reader":
-        trajectory = asyncio.run(
-            _run_reader(question, config, prefer, corpus, reader_model, calibration, profiles, as_json)
-        )
     else:
         trajectory = asyncio.run(_run(question, config, prefer, max_turns, max_budget, temperature, corpus, as_json))
     if save:
@@ -132,7 +127,7 @@ async def _run_reader(
     config: Path | None,
     prefer: str | None,
     corpus: Path | None,
-    reader_model: str,
+    policy: str,
     calibration: str | None,
     profiles: Path | None,
     quiet: bool,
@@ -141,33 +136,18 @@ async def _run_reader(
     task types (with --calibration), weighs each label's expected reward, and answers with the best one."""
     from toolorchestra.agent.preference import Preference
     from toolorchestra.backends.pool import ModelPool
-    from toolorchestra.bench.policies import DEFAULT_READER, ReaderPolicy
+    from toolorchestra.bench.policies import live_reader
     from toolorchestra.catalog import default_catalog, load_catalog
     from toolorchestra.envs.base import Task
-    from toolorchestra.envs.registry import make_env
     from toolorchestra.tools.factory import build_tools
 
     catalog = load_catalog(config) if config else default_catalog(corpus)
-    if profiles is not None:
-        from toolorchestra.envs.replay.profiles import read_profiles
-
-        names = [model.name for model in catalog.models]
-        measured = read_profiles(profiles, names, others=True)
-        if not measured:
-            raise UserError(f"--profiles {profiles}: profiles no model of the catalog ({', '.join(names)})")
-        models = [model.model_copy(update={"profile": measured.get(model.name, model.profile)}) for model in catalog.models]
-        catalog = catalog.model_copy(update={"models": models})
-    pool = ModelPool(catalog.models)
-    tools = build_tools(catalog.tools, pool)
     local_tools = [spec.name for spec in catalog.tools if spec.type in ("python", "search")]
-    reader = ReaderPolicy(
-        "reader" + (f":{reader_model}" if reader_model else ""),
-        None,
-        Preference.parse(prefer, local_tools),
-        reader_model or DEFAULT_READER,
-        calibration=make_env(calibration) if calibration else None,
-    )
+    catalog, reader = live_reader(catalog, policy, Preference.parse(prefer, local_tools), calibration, profiles)
+    pool = ModelPool(catalog.models)
     try:
+        tools = build_tools(catalog.tools, pool)
+        reader.check_pool(tools)
         trajectory = await reader.run(Task(id="cli", split="cli", prompt=question), tools)
     finally:
         await pool.aclose()

@@ -69,6 +69,19 @@ def serve(
         min=0,
         help="Requests waiting beyond --max-concurrency; more are answered 429 with Retry-After.",
     ),
+    policy: str = typer.Option(
+        "orchestrator",
+        "--policy",
+        help="orchestrator: serve the catalog's orchestrator | reader[:MODEL]: serve `orchestrator:reader` "
+        "too, which answers with the label whose price and profile give the highest expected reward "
+        "(as `run --policy reader`).",
+    ),
+    calibration: str | None = typer.Option(
+        None, "--calibration", help="With --policy reader: the replay world the profiles were measured on."
+    ),
+    profiles: Path | None = typer.Option(
+        None, "--profiles", help="With --policy reader: a file `toolorchestra profile` wrote, for the catalog."
+    ),
 ) -> None:
     """Serve every pool model (passed through) and the orchestrator (`orchestrator:NAME`, one episode per
     request) at /v1/chat/completions and /v1/models."""
@@ -83,6 +96,15 @@ def serve(
         raise UserError(f"--trajectories {trajectories}: folder {trajectories.parent} does not exist")
     build_app, listen_socket, serve_forever = _web_modules()
     catalog = load_catalog(config) if config else default_catalog(corpus)
+    reader = None
+    if policy != "orchestrator":
+        from toolorchestra.agent.preference import Preference
+        from toolorchestra.bench.policies import live_reader
+
+        local_tools = [spec.name for spec in catalog.tools if spec.type in ("python", "search")]
+        catalog, reader = live_reader(catalog, policy, Preference.parse(prefer, local_tools), calibration, profiles)
+    elif calibration or profiles:
+        raise UserError("--calibration and --profiles are read by --policy reader only")
     limits = ServeLimits(
         max_body_bytes=max_body_bytes,
         max_json_depth=max_json_depth,
@@ -100,6 +122,7 @@ def serve(
         max_turns=max_turns,
         max_budget_usd=max_budget,
         limits=limits,
+        reader=reader,
     )
     sock = listen_socket(host, port)
     bound_port = sock.getsockname()[1]

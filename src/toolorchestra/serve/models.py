@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from toolorchestra.agent.loop import Orchestrator
 from toolorchestra.agent.preference import Preference
@@ -31,6 +31,9 @@ from toolorchestra.serve.limits import RETRY_AFTER_S, MemoryReleaser, ServeLimit
 from toolorchestra.serve.protocol import Answer, ApiError, ChatRequest
 from toolorchestra.serve.trajectories import TrajectoryLog
 from toolorchestra.tools.base import Tool
+
+if TYPE_CHECKING:
+    from toolorchestra.bench.policies import ReaderPolicy
 
 ORCHESTRATOR_PREFIX = "orchestrator:"
 """Served name of an orchestrator: `orchestrator:MODEL`, as `eval --policy orchestrator:MODEL` names it.
@@ -189,29 +192,55 @@ class OrchestratorModel:
             max_tokens=sampling.get("max_tokens", 512),
             temperature=sampling.get("temperature", 0.0),
         )
-        # The trajectory id is the task id, so a logged trajectory and the response header match.
-        task = Task(id=f"traj-{uuid.uuid4().hex}", split="serve", prompt=request.last_user_text())
-        trajectory = await orchestrator.run(task)
-        trajectory.policy = self.served_name
-        record(trajectory)
-        if trajectory.stop_reason == "error":
-            failure = next((step.error for step in reversed(trajectory.steps) if step.error), "unknown error")
-            raise ApiError(
-                502,
-                f"{self.served_name}: {_PATH.sub('<path>', failure)[:300]}",
-                type="server_error",
-                code="backend_error",
-                headers={TRAJECTORY_HEADER: trajectory.task_id},
-            )
-        completion = Completion(
-            text=trajectory.final_answer or "",
-            model=self.served_name,
-            latency_s=trajectory.latency_s,
-            usage=Usage(prompt_tokens=trajectory.prompt_tokens, completion_tokens=trajectory.completion_tokens),
+        trajectory = await orchestrator.run(episode_task(request))
+        return episode_answer(self.served_name, trajectory, record)
+
+
+@dataclass
+class ReaderModel:
+    """The reader (`--policy reader`, agent/reader.py) served as a model: each request's last user message is
+    answered by the label whose price and profile give the highest expected reward, whatever its name."""
+
+    reader: ReaderPolicy
+    tools: list[Tool]
+
+    @property
+    def served_name(self) -> str:
+        return ORCHESTRATOR_PREFIX + self.reader.name
+
+    async def answer(self, pool: ModelPool, request: ChatRequest, record: Callable[[Trajectory], None]) -> Answer:
+        """Run one episode and `record` its trajectory, failed or not; ApiError 502 if it failed."""
+        return episode_answer(self.served_name, await self.reader.run(episode_task(request), self.tools), record)
+
+
+def episode_task(request: ChatRequest) -> Task:
+    # The trajectory id is the task id, so a logged trajectory and the response header match.
+    return Task(id=f"traj-{uuid.uuid4().hex}", split="serve", prompt=request.last_user_text())
+
+
+def episode_answer(served_name: str, trajectory: Trajectory, record: Callable[[Trajectory], None]) -> Answer:
+    """An episode's answer as a completion of `served_name`, once `record` has its trajectory; ApiError 502 if
+    it ended in an error."""
+    trajectory.policy = served_name
+    record(trajectory)
+    if trajectory.stop_reason == "error":
+        failure = next((step.error for step in reversed(trajectory.steps) if step.error), "unknown error")
+        raise ApiError(
+            502,
+            f"{served_name}: {_PATH.sub('<path>', failure)[:300]}",
+            type="server_error",
+            code="backend_error",
+            headers={TRAJECTORY_HEADER: trajectory.task_id},
         )
-        # An episode cut off by its turn or dollar cap ran out of room, as a completion cut at max_tokens.
-        finish: Literal["stop", "length"] = "stop" if trajectory.stop_reason == "answer" else "length"
-        return Answer(completion, trajectory.cost_usd, finish, trajectory)
+    completion = Completion(
+        text=trajectory.final_answer or "",
+        model=served_name,
+        latency_s=trajectory.latency_s,
+        usage=Usage(prompt_tokens=trajectory.prompt_tokens, completion_tokens=trajectory.completion_tokens),
+    )
+    # An episode cut off by its turn or dollar cap ran out of room, as a completion cut at max_tokens.
+    finish: Literal["stop", "length"] = "stop" if trajectory.stop_reason == "answer" else "length"
+    return Answer(completion, trajectory.cost_usd, finish, trajectory)
 
 
 class ServedModels:
@@ -230,7 +259,7 @@ class ServedModels:
         self.limits = limits or ServeLimits()
         self.slots = asyncio.Semaphore(max_concurrency)
         self.pool: BoundedPool = BoundedPool(pool, self.slots, self.limits)
-        self.orchestrators: dict[str, OrchestratorModel] = {}
+        self.orchestrators: dict[str, OrchestratorModel | ReaderModel] = {}
         self.episodes = episodes or TrajectoryLog()
         self.in_flight = 0  # requests admitted and not yet answered
         self.rejected = 0  # requests answered 429
@@ -248,8 +277,10 @@ class ServedModels:
         max_turns: int = DEFAULT_MAX_TURNS,
         max_budget_usd: float | None = None,
         limits: ServeLimits | None = None,
+        reader: ReaderPolicy | None = None,
     ) -> ServedModels:
-        """Every model of `catalog` plus its orchestrator over the catalog's tools, as `run` builds them."""
+        """Every model of `catalog` plus its orchestrator over the catalog's tools, as `run` builds them, and
+        with `reader` (`--policy reader`) the reader too, checked now: every answer label has a profile."""
         from toolorchestra.tools.factory import build_tools
 
         served = cls(ModelPool(catalog.models), max_concurrency, episodes, limits)
@@ -260,10 +291,13 @@ class ServedModels:
                 catalog.orchestrator, tools, Preference.parse(prefer, local_tools), max_turns, max_budget_usd
             )
         )
+        if reader is not None:
+            reader.check_pool(tools)
+            served.add_orchestrator(ReaderModel(reader, tools))
         return served
 
-    def add_orchestrator(self, orchestrator: OrchestratorModel) -> None:
-        if orchestrator.model_name not in self.pool.names():
+    def add_orchestrator(self, orchestrator: OrchestratorModel | ReaderModel) -> None:
+        if isinstance(orchestrator, OrchestratorModel) and orchestrator.model_name not in self.pool.names():
             raise ValueError(f"orchestrator model {orchestrator.model_name!r} is not in the pool")
         self.orchestrators[orchestrator.served_name] = orchestrator
 
@@ -310,11 +344,12 @@ class ServedModels:
         self.check_known(request.model)
         orchestrator = self.orchestrators.get(request.model)
         if orchestrator is not None:
-            # The task alone must fit the orchestrator's prompt limit; what the episode adds is clamped.
-            task = [{"role": "user", "content": request.last_user_text()}]
-            backend = self._backend(orchestrator.model_name, request.model)
-            self._heavy = self._heavy or backend.counts_tokens
-            await backend.fit(task, None, {}, strict=True)
+            if isinstance(orchestrator, OrchestratorModel):
+                # The task alone must fit the orchestrator's prompt limit; what the episode adds is clamped.
+                task = [{"role": "user", "content": request.last_user_text()}]
+                backend = self._backend(orchestrator.model_name, request.model)
+                self._heavy = self._heavy or backend.counts_tokens
+                await backend.fit(task, None, {}, strict=True)
             return await orchestrator.answer(self.pool, request, self.episodes.add)
         return await self._pass_through(request)
 
