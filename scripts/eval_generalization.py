@@ -112,7 +112,9 @@ def run_eval(policy: str, out: Path, extra: list[str], limit: int, prefer: str, 
     if profiles is not None and not policy.startswith(("single:", *BASELINES)):
         command += ["--profiles", str(profiles)]
     print("$", " ".join(command), flush=True)
-    subprocess.run(command, check=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.DEVNULL)
+    done = subprocess.run(command, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.DEVNULL)
+    if done.returncode != 0:  # eval said why on stderr, above: no traceback of this script on top of it
+        raise SystemExit(f"eval_generalization: the run of {policy} into {out} failed (exit {done.returncode})")
 
 
 def points(folder: Path) -> dict[str, tuple[float, float]]:

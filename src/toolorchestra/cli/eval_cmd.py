@@ -33,7 +33,8 @@ def eval_command(
         "--policy",
         help="single:MODEL | random | cheapest | per-subtask | "
         "cascade[:LAMBDA] | router[:THRESHOLD] (no threshold: sweep) | oracle | "
-        "orchestrator:MODEL | gold | noop (toolscale envs). Required, except on tau2, hle and frames-live "
+        "orchestrator:MODEL | reader[:MODEL] (decides from the labels' prices and profiles) | gold | noop "
+        "(toolscale envs). Required, except on tau2, hle and frames-live "
         "(default: the pool's orchestrator).",
     ),
     out: Path = typer.Option(
