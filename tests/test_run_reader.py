@@ -34,8 +34,10 @@ class AnsweringServer:
         return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
 
     def stop(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
+        if self._thread.is_alive():
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._thread.join(timeout=10)
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         server = self
@@ -150,6 +152,8 @@ def test_what_the_reader_cannot_read_is_one_clear_line(tmp_path, servers):
     # An unknown policy, and --calibration without the reader.
     result = run("q", "--config", str(typed), "--policy", "readr")
     assert result.returncode != 0 and "--policy 'readr'" in result.stderr and "Traceback" not in result.stderr
+    result = run("q", "--config", str(typed), "--policy", "reader", "--calibration", "replay:nowhere")
+    assert result.returncode != 0 and "--calibration 'replay:nowhere'" in result.stderr
     result = run("q", "--config", str(typed), "--calibration", "replay:routerbench")
     assert result.returncode != 0 and "--calibration" in result.stderr and "Traceback" not in result.stderr
     assert servers["strong"].requests == servers["weak"].requests == 0
@@ -220,3 +224,11 @@ def test_serve_answers_as_the_reader_and_refuses_a_pool_it_cannot_read(tmp_path,
     result = subprocess.run([str(BIN / "toolorchestra"), "serve", "--config", str(path), "--port", "0",
                              "--policy", "reader"], capture_output=True, text=True, timeout=120)
     assert result.returncode != 0 and "Traceback" not in result.stderr and "no capability profile" in result.stderr
+
+
+def test_an_endpoint_that_is_down_ends_the_episode_in_one_error_line(tmp_path, servers):
+    path = catalog(tmp_path, servers, {"strong": 1.0, "weak": 0.01})
+    servers["strong"].stop()
+    result = run("Capital of France?", "--config", str(path), "--policy", "reader", "--prefer", "accuracy")
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.startswith("error: the episode ended in an error: model strong failed")

@@ -581,7 +581,10 @@ def live_reader(
             entry.model_copy(update={"profile": measured.get(entry.name, entry.profile)}) for entry in catalog.models
         ]
         catalog = catalog.model_copy(update={"models": models})
-    world = make_env(calibration) if calibration else None
+    try:
+        world = make_env(calibration) if calibration else None
+    except UserError as exc:  # make_env names the --env flag; here the world came from --calibration
+        raise UserError(str(exc).replace("--env ", "--calibration ", 1)) from None
     return catalog, ReaderPolicy(spec, None, preference, model or DEFAULT_READER, calibration=world)
 
 
