@@ -339,3 +339,17 @@ def test_dev_world_cuts_the_train_split_in_two_and_never_shows_test(name):
     from toolorchestra.envs.registry import world_of
 
     assert world_of(dev.name) == f"{name.split(':')[1]}-dev"
+
+
+def test_routerbench_dev_world_prices_its_table_on_its_own_train_half():
+    """RouterBench's price table shows mean train costs; the dev world's must come from its train half, or its
+    test half leaks into every decision that reads a price."""
+    dev = make_env("replay:routerbench-dev", _data_dir())
+    train = dev.tasks("train")
+    rows = {row["model"]: row["per_call"] for row in dev.tools_for(train[0])[1].price_rows()}
+    for model in dev.models():
+        mean = sum(dev.record(task.id, model).cost_usd or 0.0 for task in train) / len(train)
+        assert rows[model] == float(f"{mean:.2g}"), model
+    # mistral-7b's mean differs between the halves in the shown digits, so this would fail on the world's prices
+    world = make_env("replay:routerbench", _data_dir())
+    assert any(world.specs[model].price.per_call != rows[model] for model in dev.models())

@@ -186,19 +186,26 @@ class RouterBenchEnv(ReplayEnv):
     def __init__(self, data_dir: Path, latency: Mapping[str, LatencyPrior] | None = None) -> None:
         data = load_routerbench(data_dir.resolve())
         latency_by_model = {**LATENCY, **(latency or {})}
-        mean_cost = _mean_train_cost(data)
         specs = [
             ModelSpec(
                 name=model,
                 backend=ReplayBackendSpec(world=WORLD, model=model),
-                # Shown in the orchestrator's price table; calls are charged their recorded cost.
-                price=Price(per_call=float(f"{mean_cost[model]:.2g}")),
+                price=Price(per_call=price),
                 latency=latency_by_model.get(model, LatencyPrior()),
                 description=f"{model} (recorded RouterBench answers)",
             )
-            for model in data.models
+            for model, price in _shown_prices(data).items()
         ]
         super().__init__(data, specs, labels=LABELS)
+
+    def as_dev_world(self, seed: int = 0) -> None:
+        """The dev world, with the price table measured on its own train half: the prices shown are mean train
+        costs, and the dev world's test half must not leak into them."""
+        super().as_dev_world(seed)
+        prices = _shown_prices(self.data)
+        self._build_pool(
+            [spec.model_copy(update={"price": Price(per_call=prices[name])}) for name, spec in self.specs.items()]
+        )
 
     def judge_text(self, task: Task, answer: str) -> Score:
         if task.subtask not in MULTIPLE_CHOICE:
@@ -217,6 +224,12 @@ class RouterBenchEnv(ReplayEnv):
         if task.subtask not in MULTIPLE_CHOICE:
             return None
         return option_letter(text, str(task.meta.get("options", "ABCDE")))
+
+
+def _shown_prices(data: ReplayData) -> dict[str, float]:
+    """Each model's per-call price in the orchestrator's price table: its mean train cost, to 2 significant
+    digits (calls are charged their recorded cost)."""
+    return {model: float(f"{cost:.2g}") for model, cost in _mean_train_cost(data).items()}
 
 
 def _mean_train_cost(data: ReplayData) -> dict[str, float]:
