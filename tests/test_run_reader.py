@@ -4,10 +4,12 @@ answer), pay what the server's usage says, and refuse what it cannot read with o
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
 import threading
+import uuid
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -184,8 +186,16 @@ def test_profiles_measured_on_your_logs_route_live_questions_by_type(tmp_path, s
     without = run("Compute 5 + 15 and write the sum as a number.", *common)
     assert without.returncode != 0 and "--calibration" in without.stderr  # two types, nothing to place it by
     common += ["--calibration", f"replay:{world}"]
-    assert answered(run("Compute 7 + 21 and write the sum as a number.", *common))[0] == "mathy"
-    assert answered(run("In which year did the cold war end? Name the year only.", *common))[0] == "histo"
+    nonce = uuid.uuid4().hex[:8]  # questions no earlier run has read
+    asked = [f"Compute 7 + 21 and write the sum as a number. ({nonce})",
+             f"In which year did the cold war end? Name the year only. ({nonce})"]
+    assert answered(run(asked[0], *common))[0] == "mathy"
+    assert answered(run(asked[1], *common))[0] == "histo"
+    # The users' questions were read but not kept: only the calibration questions' vectors are on disk.
+    from toolorchestra.backends.question_reader import QuestionReader
+
+    kept = QuestionReader()._read_cache()
+    assert kept and not {hashlib.sha1(question.encode()).hexdigest() for question in asked} & set(kept)
     bad = tmp_path / "bad.yaml"
     bad.write_text(profiles.read_text().replace("mathy:", "mathz:", 1))
     result = run("q", *[arg if arg != str(profiles) else str(bad) for arg in common])

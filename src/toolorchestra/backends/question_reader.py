@@ -26,8 +26,11 @@ class QuestionReader:
     """P(task type | question) from the orchestrator model: the share of the question's `NEIGHBOURS` nearest
     calibration questions (cosine of the model's mean last hidden state) that are of each type."""
 
-    def __init__(self, model: str = "smollm2-135m") -> None:
+    def __init__(self, model: str = "smollm2-135m", keep_questions: bool = True) -> None:
+        """`keep_questions`: keep the vectors of the questions read (not only the calibration questions') in the
+        on-disk cache; a server reading its users' questions keeps none of them."""
         self.model_name = model
+        self.keep_questions = keep_questions
         self._loaded: tuple[Any, Any] | None = None
         self._calibration: torch.Tensor | None = None
         self._types: list[str] = []
@@ -43,7 +46,7 @@ class QuestionReader:
         """P(type | question) for each question."""
         if self._calibration is None:
             raise ValueError("QuestionReader.posteriors before calibrate")
-        similarity = self.embed(questions) @ self._calibration.T
+        similarity = self.embed(questions, keep=self.keep_questions) @ self._calibration.T
         nearest = similarity.topk(min(NEIGHBOURS, similarity.shape[1]), dim=1).indices.tolist()
         out = []
         for row in nearest:
@@ -51,9 +54,10 @@ class QuestionReader:
             out.append({subset: count / len(row) for subset, count in votes.items()})
         return out
 
-    def embed(self, questions: Sequence[str], batch_size: int = 8) -> torch.Tensor:
+    def embed(self, questions: Sequence[str], batch_size: int = 8, keep: bool = True) -> torch.Tensor:
         """Unit vectors: the mean of the model's last hidden state over each question's tokens. Vectors are kept
-        on disk per model (`_cache_path`), so a question is read once however many runs ask about it."""
+        on disk per model (`_cache_path`), so a question is read once however many runs ask about it; with
+        `keep` False the new ones are not written."""
         import torch
 
         keys = [hashlib.sha1(question.encode()).hexdigest() for question in questions]
@@ -63,7 +67,8 @@ class QuestionReader:
         if unread:
             computed = self._compute(list(unread.values()), batch_size)
             cache.update(zip(unread, computed, strict=True))
-            self._write_cache(cache)
+            if keep:
+                self._write_cache(cache)
         return torch.stack([cache[key] for key in keys])
 
     def _compute(self, questions: list[str], batch_size: int) -> torch.Tensor:

@@ -453,7 +453,8 @@ class ReaderPolicy(Policy):
         self.env = env
         self.calibration = calibration or env
         self.preference = preference
-        self.reader = QuestionReader(model)
+        # A live question (env None) is a user's: its vector is not written to the on-disk cache.
+        self.reader = QuestionReader(model, keep_questions=env is not None)
         self._calibrated = False
         self._posteriors: dict[str, dict[str, float]] = {}
         self._reading = threading.Lock()  # one reader pass at a time (episodes read unprepared questions in threads)
