@@ -158,6 +158,8 @@ def test_what_the_reader_cannot_read_is_one_clear_line(tmp_path, servers):
     assert result.returncode != 0 and "--calibration 'replay:nowhere'" in result.stderr
     result = run("q", "--config", str(typed), "--calibration", "replay:routerbench")
     assert result.returncode != 0 and "--calibration" in result.stderr and "Traceback" not in result.stderr
+    result = run("q", "--config", str(typed), "--policy", "reader", "--max-budget", "0.001")
+    assert result.returncode != 0 and "--max-budget" in result.stderr and "Traceback" not in result.stderr
     assert servers["strong"].requests == servers["weak"].requests == 0
 
 
