@@ -47,6 +47,7 @@ import csv
 import json
 import math
 import os
+import re
 import sys
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -210,8 +211,9 @@ class Checker:
     def raw(self, env: str, split: str):
         world = str(env).split(":", 1)[-1]
         world = {"frames-typed": "frames"}.get(world, world)  # the same records, the type shown to the orchestrator
-        if world in ("routerbench-dev", "frames-dev"):  # a dev world: both its splits are halves of the train split
-            world, split = world[: -len("-dev")], "train"
+        dev = re.fullmatch(r"(routerbench|frames)-dev\d*", world)
+        if dev:  # a dev world (any seed): both its splits are halves of the train split
+            world, split = dev.group(1), "train"
         key = (world, split)
         if key not in self._raw:
             if world == "routerbench":

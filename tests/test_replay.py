@@ -241,8 +241,9 @@ def test_scoring_is_deterministic(frames, routerbench):
 def test_unknown_env_and_split_are_user_errors(routerbench):
     names = env_names()
     assert names == sorted(names) and {"replay:frames", "replay:routerbench"} <= set(names)
-    valid = "valid: frames-live, hle, replay:frames, replay:frames-dev, replay:frames-typed, replay:routerbench, "
-    with pytest.raises(UserError, match=valid + "replay:routerbench-dev, "):
+    valid = ("valid: frames-live, hle, replay:frames, replay:frames-dev, replay:frames-dev1, replay:frames-dev2, "
+             "replay:frames-typed, replay:routerbench, replay:routerbench-dev, replay:routerbench-dev1, ")
+    with pytest.raises(UserError, match=valid + "replay:routerbench-dev2, "):
         make_env("replay:nope", _data_dir())
     with pytest.raises(UserError, match="has splits"):
         routerbench.tasks("dev")
@@ -318,10 +319,12 @@ def test_frames_typed_shows_the_reasoning_type_to_the_orchestrator_only(frames):
 
 
 @pytest.mark.parametrize("name", ["replay:routerbench", "replay:frames"])
-def test_dev_world_cuts_the_train_split_in_two_and_never_shows_test(name):
-    """`replay:NAME-dev`: half of each subset's train questions train, the rest test; no test question in either,
-    the same halves on every build, and the world's own records and scoring."""
-    world, dev = make_env(name, _data_dir()), make_env(f"{name}-dev", _data_dir())
+@pytest.mark.parametrize("seed", ["", "1"])
+def test_dev_world_cuts_the_train_split_in_two_and_never_shows_test(name, seed):
+    """`replay:NAME-dev` (and `-dev1`, `-dev2`, other seeds): half of each subset's train questions train, the
+    rest test; no test question in either, the same halves on every build, and the world's own records and
+    scoring."""
+    world, dev = make_env(name, _data_dir()), make_env(f"{name}-dev{seed}", _data_dir())
     train_ids = {task.id for task in world.tasks("train")}
     dev_train, dev_test = dev.tasks("train"), dev.tasks("test")
     assert {task.id for task in dev_train} | {task.id for task in dev_test} == train_ids
@@ -330,21 +333,24 @@ def test_dev_world_cuts_the_train_split_in_two_and_never_shows_test(name):
         halves = [sum(task.subtask == subset for task in split) for split in (dev_train, dev_test)]
         assert abs(halves[0] - halves[1]) <= 1, (subset, halves)
     assert all(task.split == "test" for task in dev_test) and all(task.split == "train" for task in dev_train)
-    assert [task.id for task in make_env(f"{name}-dev", _data_dir()).tasks("train")] == [t.id for t in dev_train]
+    assert [task.id for task in make_env(f"{name}-dev{seed}", _data_dir()).tasks("train")] == [t.id for t in dev_train]
+    if seed:  # another seed cuts it another way
+        assert {t.id for t in make_env(f"{name}-dev", _data_dir()).tasks("train")} != {t.id for t in dev_train}
     task = dev_test[0]
     for model in world.models()[:3]:
         assert dev.record(task.id, model) == world.record(task.id, model)
-    assert dev.name == f"{name}-dev" and world.name == name
+    assert dev.name == f"{name}-dev{seed}" and world.name == name
     # exported results of a dev world go to a folder of their own, never beside the world's test runs
     from toolorchestra.envs.registry import world_of
 
-    assert world_of(dev.name) == f"{name.split(':')[1]}-dev"
+    assert world_of(dev.name) == f"{name.split(':')[1]}-dev{seed}"
 
 
-def test_routerbench_dev_world_prices_its_table_on_its_own_train_half():
+@pytest.mark.parametrize("seed", ["", "2"])
+def test_routerbench_dev_world_prices_its_table_on_its_own_train_half(seed):
     """RouterBench's price table shows mean train costs; the dev world's must come from its train half, or its
     test half leaks into every decision that reads a price."""
-    dev = make_env("replay:routerbench-dev", _data_dir())
+    dev = make_env(f"replay:routerbench-dev{seed}", _data_dir())
     train = dev.tasks("train")
     rows = {row["model"]: row["per_call"] for row in dev.tools_for(train[0])[1].price_rows()}
     for model in dev.models():

@@ -143,7 +143,7 @@ class ReplayEnv(Env):
         }
         self.data = ReplayData(self.data.world, self.data.models, tasks, self.data.records, {"train": 0, "test": 0})
         self._by_id = {task.id: task for tasks_of_split in tasks.values() for task in tasks_of_split}
-        self.name = f"{self.name}-dev"
+        self.name = f"{self.name}-dev{seed or ''}"
 
     def _build_pool(self, specs: list[ModelSpec]) -> None:
         """The pool of replay backends and the expert/answer tools over it."""

@@ -1,5 +1,6 @@
 """The replay worlds by name: `replay:routerbench`, `replay:frames`, `replay:frames-typed`, their dev worlds
-`replay:routerbench-dev` and `replay:frames-dev` (the train split cut in two, for choosing without test), and
+`replay:routerbench-dev` and `replay:frames-dev` (the train split cut in two, for choosing without test; `-dev1`
+and `-dev2` cut it with other seeds), and
 `replay:DIR` (DIR a path: it contains '/' or names an existing directory) for any directory in the replay format
 (docs/replay.md). The replay package owns its names, so its backend can build a world without the env registry
 (which lists these among all envs). World modules are imported when their world is built: listing stays cheap."""
@@ -36,12 +37,13 @@ def _frames_typed(data_dir: Path, **options: Any) -> ReplayEnv:
     return FramesTypedEnv(data_dir, **options)
 
 
-def _dev(factory: Callable[..., ReplayEnv]) -> Callable[..., ReplayEnv]:
-    """The factory of a world's dev world: its train split cut in two (`ReplayEnv.as_dev_world`)."""
+def _dev(factory: Callable[..., ReplayEnv], seed: int = 0) -> Callable[..., ReplayEnv]:
+    """The factory of a world's dev world: its train split cut in two (`ReplayEnv.as_dev_world`); seeds 1 and 2
+    cut it other ways (`replay:NAME-dev1`, `-dev2`), to see how much a choice made on one cut depends on it."""
 
     def build(data_dir: Path, **options: Any) -> ReplayEnv:
         env = factory(data_dir, **options)
-        env.as_dev_world()
+        env.as_dev_world(seed)
         return env
 
     return build
@@ -54,6 +56,8 @@ WORLDS: dict[str, Callable[..., ReplayEnv]] = {
     "replay:frames-typed": _frames_typed,
     "replay:routerbench-dev": _dev(_routerbench),
     "replay:frames-dev": _dev(_frames),
+    **{f"replay:routerbench-dev{seed}": _dev(_routerbench, seed) for seed in (1, 2)},
+    **{f"replay:frames-dev{seed}": _dev(_frames, seed) for seed in (1, 2)},
 }
 
 
