@@ -151,8 +151,9 @@ def main() -> int:
                         help="comma-separated subset of the conditions to run")
     parser.add_argument("--validation", action="store_true",
                         help="run on the train questions outside the calibration sample instead of test")
-    parser.add_argument("--env", default=ENV, choices=[ENV, f"{ENV}-dev"],
-                        help=f"{ENV}-dev: the train split cut in two (its own train and test), to choose without test")
+    parser.add_argument("--env", default=ENV, choices=[ENV, f"{ENV}-dev", f"{ENV}-dev1", f"{ENV}-dev2"],
+                        help=f"{ENV}-dev: the train split cut in two (its own train and test), to choose without "
+                        "test; -dev1 and -dev2 cut it with other seeds")
     args = parser.parse_args()
     ENV = args.env
     chosen = args.conditions.split(",")
