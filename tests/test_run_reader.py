@@ -244,3 +244,19 @@ def test_an_endpoint_that_is_down_ends_the_episode_in_one_error_line(tmp_path, s
     result = run("Capital of France?", "--config", str(path), "--policy", "reader", "--prefer", "accuracy")
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert result.stderr.startswith("error: the episode ended in an error: model strong failed")
+
+
+def test_the_shipped_reader_pool_routes_by_routerbench_profiles(tmp_path, servers, shared_data):
+    """configs/pools/reader-openai-compatible.yaml, its endpoints pointed at the test servers: a Python question
+    goes to the model whose profile is best on mbpp under "accuracy", and to a cheap one under "cost"."""
+    data = yaml.safe_load((Path(__file__).resolve().parents[1] / "configs/pools/reader-openai-compatible.yaml")
+                          .read_text())
+    for model in data["models"][1:]:
+        model["backend"].update(base_url=servers["strong"].url, max_retries=0)
+        model["backend"].pop("api_key_env", None)
+    path = tmp_path / "pool.yaml"
+    path.write_text(yaml.safe_dump(data))
+    question = "Write a python function to find the sum of the squares of the first n odd natural numbers."
+    common = ["--config", str(path), "--policy", "reader", "--calibration", "replay:routerbench", "--json"]
+    assert answered(run(question, *common, "--prefer", "accuracy"))[0] == "gpt-4-1106-preview"
+    assert answered(run(question, *common, "--prefer", "cost"))[0] == "mistralai/mixtral-8x7b-chat"
