@@ -8,76 +8,32 @@ import hashlib
 import json
 import subprocess
 import sys
-import threading
 import uuid
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
+from test_openai_backend import Reply, ScriptedServer, chat_body
 
 BIN = Path(sys.executable).parent
 
 
-class AnsweringServer:
-    """An OpenAI-compatible chat endpoint that answers every request with `answer` and a fixed usage, and
-    counts the requests it got."""
-
-    def __init__(self, answer: str, usage: tuple[int, int]) -> None:
-        self.answer, self.usage, self.requests = answer, usage, 0
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
-        self._thread.start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
-
-    def stop(self) -> None:
-        if self._thread.is_alive():
-            self._httpd.shutdown()
-            self._httpd.server_close()
-            self._thread.join(timeout=10)
-
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                server.requests += 1
-                body = {
-                    "id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": "served",
-                    "choices": [{"index": 0, "message": {"role": "assistant", "content": server.answer},
-                                 "finish_reason": "stop"}],
-                    "usage": {"prompt_tokens": server.usage[0], "completion_tokens": server.usage[1],
-                              "total_tokens": sum(server.usage)},
-                }
-                data = json.dumps(body).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        return Handler
+def answering(answer: str) -> ScriptedServer:
+    """An OpenAI-compatible endpoint on 127.0.0.1 that answers every request with `answer`, 1000 prompt and 100
+    completion tokens, and records the requests."""
+    return ScriptedServer([Reply(body=chat_body(answer, usage=(1000, 100)))]).start()
 
 
 @pytest.fixture
-def servers() -> Iterator[dict[str, AnsweringServer]]:
-    started = {"strong": AnsweringServer("Paris (strong)", (1000, 100)),
-               "weak": AnsweringServer("Paris (weak)", (1000, 100))}
+def servers() -> Iterator[dict[str, ScriptedServer]]:
+    started = {"strong": answering("Paris (strong)"), "weak": answering("Paris (weak)")}
     yield started
     for server in started.values():
         server.stop()
 
 
-def catalog(tmp_path: Path, servers: dict[str, AnsweringServer], prices: dict[str, float],
+def catalog(tmp_path: Path, servers: dict[str, ScriptedServer], prices: dict[str, float],
             accuracy: dict[str, dict[str, float]] | None = None) -> Path:
     """A catalog whose answer tool offers the two servers under names that say nothing (ans-1, ans-2)."""
     accuracy = accuracy or {"strong": {"qa": 0.9}, "weak": {"qa": 0.5}}
@@ -119,7 +75,7 @@ def test_the_reader_answers_with_the_label_its_price_and_profile_favour(tmp_path
     model, cost = answered(run("Capital of France?", "--config", str(dear), "--policy", "reader",
                                "--prefer", "cost", "--json"))
     assert model == "weak" and cost == pytest.approx(11 / 1e6)
-    assert (servers["strong"].requests, servers["weak"].requests) == (1, 1)
+    assert (len(servers["strong"].requests), len(servers["weak"].requests)) == (1, 1)
 
 
 def test_a_price_change_moves_the_answer_with_no_name_involved(tmp_path, servers):
@@ -160,7 +116,7 @@ def test_what_the_reader_cannot_read_is_one_clear_line(tmp_path, servers):
     assert result.returncode != 0 and "--calibration" in result.stderr and "Traceback" not in result.stderr
     result = run("q", "--config", str(typed), "--policy", "reader", "--max-budget", "0.001")
     assert result.returncode != 0 and "--max-budget" in result.stderr and "Traceback" not in result.stderr
-    assert servers["strong"].requests == servers["weak"].requests == 0
+    assert len(servers["strong"].requests) == len(servers["weak"].requests) == 0
 
 
 def test_profiles_measured_on_your_logs_route_live_questions_by_type(tmp_path, servers):
@@ -226,7 +182,7 @@ def test_serve_answers_as_the_reader_and_refuses_a_pool_it_cannot_read(tmp_path,
         response = client.chat.completions.create(
             model="orchestrator:reader", messages=[{"role": "user", "content": "Capital of France?"}])
         assert response.choices[0].message.content == "Paris (weak)"
-        assert (servers["strong"].requests, servers["weak"].requests) == (0, 1)
+        assert (len(servers["strong"].requests), len(servers["weak"].requests)) == (0, 1)
     finally:
         process.terminate()
         process.wait(timeout=20)
