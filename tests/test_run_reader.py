@@ -204,7 +204,17 @@ def test_an_endpoint_that_is_down_ends_the_episode_in_one_error_line(tmp_path, s
 
 def test_the_shipped_reader_pool_routes_by_routerbench_profiles(tmp_path, servers, shared_data):
     """configs/pools/reader-openai-compatible.yaml, its endpoints pointed at the test servers: a Python question
-    goes to the model whose profile is best on mbpp under "accuracy", and to a cheap one under "cost"."""
+    goes to the model whose profile is best on mbpp under "accuracy", and to a cheap one under "cost". (In
+    process, as `run --policy reader` builds it, so the reader model loads once.)"""
+    import asyncio
+
+    from toolorchestra.agent.preference import Preference
+    from toolorchestra.backends.pool import ModelPool
+    from toolorchestra.bench.policies import live_reader
+    from toolorchestra.catalog import load_catalog
+    from toolorchestra.envs.base import Task
+    from toolorchestra.tools.factory import build_tools
+
     data = yaml.safe_load((Path(__file__).resolve().parents[1] / "configs/pools/reader-openai-compatible.yaml")
                           .read_text())
     for model in data["models"][1:]:
@@ -212,7 +222,23 @@ def test_the_shipped_reader_pool_routes_by_routerbench_profiles(tmp_path, server
         model["backend"].pop("api_key_env", None)
     path = tmp_path / "pool.yaml"
     path.write_text(yaml.safe_dump(data))
-    question = "Write a python function to find the sum of the squares of the first n odd natural numbers."
-    common = ["--config", str(path), "--policy", "reader", "--calibration", "replay:routerbench", "--json"]
-    assert answered(run(question, *common, "--prefer", "accuracy"))[0] == "gpt-4-1106-preview"
-    assert answered(run(question, *common, "--prefer", "cost"))[0] == "mistralai/mixtral-8x7b-chat"
+    catalog, reader = live_reader(load_catalog(path), "reader", Preference.parse("accuracy"), "replay:routerbench",
+                                  None)
+    question = Task(id="q", split="cli",
+                    prompt="Write a python function to find the sum of the squares of the first n odd natural numbers.")
+
+    async def answered_by(prefer: str) -> str | None:
+        reader.preference = Preference.parse(prefer)
+        pool = ModelPool(catalog.models)
+        try:
+            tools = build_tools(catalog.tools, pool)
+            reader.check_pool(tools)
+            trajectory = await reader.run(question, tools)
+        finally:
+            await pool.aclose()
+        assert trajectory.stop_reason == "answer" and trajectory.final_answer == "Paris (strong)"
+        return trajectory.answered_by
+
+    assert asyncio.run(answered_by("accuracy")) == "gpt-4-1106-preview"
+    assert asyncio.run(answered_by("cost")) == "mistralai/mixtral-8x7b-chat"
+    assert len(servers["strong"].requests) == 2
