@@ -242,3 +242,78 @@ def test_the_shipped_reader_pool_routes_by_routerbench_profiles(tmp_path, server
     assert asyncio.run(answered_by("accuracy")) == "gpt-4-1106-preview"
     assert asyncio.run(answered_by("cost")) == "mistralai/mixtral-8x7b-chat"
     assert len(servers["strong"].requests) == 2
+
+
+def write_declining_world(root: Path, count: int = 80) -> Path:
+    """A free-text replay world: `cheap` answers 7 in 10 questions right and says "I don't know" to the rest,
+    `dear` answers every one right at 100 times the price. The best plan under "accuracy": consult cheap, adopt
+    its answer when it gives one, and otherwise answer with dear."""
+    questions, rows = [], {"cheap": [], "dear": []}
+    for i in range(count):
+        questions.append({"id": i, "problem": f"What is the code word number {i}?", "answer": f"word{i}",
+                          "subset": "qa"})
+        knows = i % 10 < 7
+        rows["cheap"].append({"id": i, "response": f"word{i}" if knows else "I don't know", "correct": knows,
+                              "cost_usd": 0.0001, "latency_s": 1.0})
+        rows["dear"].append({"id": i, "response": f"word{i}", "correct": True, "cost_usd": 0.01, "latency_s": 1.0})
+    (root / "models").mkdir(parents=True)
+    (root / "questions.jsonl").write_text("".join(json.dumps(q) + "\n" for q in questions))
+    for model, answers in rows.items():
+        (root / "models" / f"{model}.jsonl").write_text("".join(json.dumps(a) + "\n" for a in answers))
+    return root
+
+
+def test_over_live_endpoints_the_reader_consults_and_escalates_when_the_reply_commits_to_nothing(tmp_path):
+    """With per-question outcomes in the profiles, an `expert` tool over the same labels and a free-text
+    calibration world, a live run consults the cheap endpoint, adopts a reply that gives an answer (no second
+    call), and escalates to the dear one when the reply says "I don't know"."""
+    world = write_declining_world(tmp_path / "logs")
+    profiles = tmp_path / "profiles.yaml"
+    measured = subprocess.run([str(BIN / "toolorchestra"), "profile", "--env", f"replay:{world}", "--per-subset",
+                               "1000", "--out", str(profiles)], capture_output=True, text=True, timeout=300)
+    assert measured.returncode == 0, measured.stderr[-2000:]
+
+    def pool(cheap_reply: str, expert: dict[str, str] | None = None) -> tuple[Path, dict[str, ScriptedServer]]:
+        started = {"cheap": answering(cheap_reply), "dear": answering("word7")}
+        path = tmp_path / "live.yaml"
+        path.write_text(yaml.safe_dump({
+            "orchestrator": "smollm2-135m",
+            "models": [{"name": "smollm2-135m", "backend": {"type": "local", "path": "smollm2-135m"}}] + [
+                {"name": name, "backend": {"type": "openai", "base_url": server.url, "model": name,
+                                           "max_retries": 0},
+                 "price": {"per_call": 0.0001 if name == "cheap" else 0.01}}
+                for name, server in started.items()],
+            "tools": [{"name": "expert", "type": "llm", "models": expert or {"one": "cheap", "two": "dear"}},
+                      {"name": "answer", "type": "answer", "models": {"one": "cheap", "two": "dear"}}],
+        }))
+        return path, started
+
+    def steps(path: Path) -> list[tuple[str, str]]:
+        result = run("What is the code word number 7?", "--config", str(path), "--policy", "reader", "--profiles",
+                     str(profiles), "--calibration", f"replay:{world}", "--prefer", "accuracy", "--json")
+        assert result.returncode == 0, result.stderr[-2000:]
+        record = json.loads(result.stdout)
+        assert record["stop_reason"] == "answer"
+        return [(step["name"], step["model"]) for step in record["steps"]]
+
+    path, started = pool("word7")
+    try:
+        assert steps(path) == [("expert", "cheap"), ("answer", "cheap")]  # adopted: one call in all
+        assert (len(started["cheap"].requests), len(started["dear"].requests)) == (1, 0)
+    finally:
+        for server in started.values():
+            server.stop()
+    path, started = pool("I don't know")
+    try:
+        assert steps(path) == [("expert", "cheap"), ("answer", "dear")]
+        assert (len(started["cheap"].requests), len(started["dear"].requests)) == (1, 1)
+    finally:
+        for server in started.values():
+            server.stop()
+    # An expert tool whose labels name other models cannot be adopted from: the reader answers with one label.
+    path, started = pool("word7", expert={"one": "dear", "two": "cheap"})
+    try:
+        assert steps(path) == [("answer", "dear")]
+    finally:
+        for server in started.values():
+            server.stop()

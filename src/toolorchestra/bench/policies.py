@@ -36,7 +36,7 @@ from toolorchestra.agent.trajectory import Trajectory
 from toolorchestra.backends.base import Backend, ToolCall
 from toolorchestra.catalog.schema import Catalog, Price
 from toolorchestra.envs.base import Env, Task
-from toolorchestra.envs.capabilities import GoldActionTasks
+from toolorchestra.envs.capabilities import GoldActionTasks, LiveAnswerKeys
 from toolorchestra.envs.toolscale.tasks import REFUSAL_ANSWER, gold_answer
 from toolorchestra.errors import UserError
 from toolorchestra.tools.base import Tool, ToolResult
@@ -437,7 +437,8 @@ class ReaderPolicy(Policy):
 
     Over a live pool (`toolorchestra run --policy reader`, `serve --policy reader`) `env` is None: the labels'
     profiles come from the catalog, the calibration questions from `calibration` (the replay world the profiles
-    were measured on), and the plans are single labels, since nothing can say whether a live answer commits."""
+    were measured on). Consult plans run there too when that world compares live replies (`LiveAnswerKeys`),
+    the profiles carry per-question outcomes, and `expert` offers the answer labels; else single labels."""
 
     def __init__(
         self,
@@ -498,8 +499,8 @@ class ReaderPolicy(Policy):
                 raise UserError(self._no_calibration(types))
             posterior = self._posteriors[task.id]
         tokens, weights = count_tokens(task.prompt), self.preference.weights()
-        consult = next((tool.name for tool in tools if tool.name == CONSULT_TOOL), None)
-        if consult is None or not isinstance(self.env, RecordedWorld) or not all_outcomes(pool):
+        consult = consult_tool(tools, pool)
+        if consult is None or not self._compares_answers() or not all_outcomes(pool):
             plan = Plan(choose(pool, posterior, tokens, weights))
         else:
             plan = choose_plan(pool, self._plan_table(pool), posterior, tokens, weights, consult)
@@ -515,13 +516,22 @@ class ReaderPolicy(Policy):
         await episode.calls((answering.tool, {"model": answering.label}))  # adopts a consulted answer: no new call
         return episode.finish()
 
+    def _compares_answers(self) -> bool:
+        """Whether a consulted reply's answer can be read as the profiles' outcomes were: in the world itself,
+        or over live endpoints when the calibration world compares live replies (`LiveAnswerKeys`)."""
+        if self.env is not None:
+            return isinstance(self.env, RecordedWorld)
+        return isinstance(self.calibration, LiveAnswerKeys)
+
     def _answer_key(self, task: Task, consulted: ToolResult) -> str | None:
         """The answer a consulted reply commits to, as the world compares answers; None when it commits to none
         (empty, "I don't know", an error)."""
-        assert isinstance(self.env, RecordedWorld)
         if consulted.error or not consulted.output:
             return None
-        return self.env.answer_key(task, consulted.output)
+        if isinstance(self.env, RecordedWorld):
+            return self.env.answer_key(task, consulted.output)
+        assert isinstance(self.calibration, LiveAnswerKeys)
+        return self.calibration.live_answer_key(consulted.output)
 
     def _plan_table(self, pool: list[Offer]) -> PlanTable:
         from toolorchestra.envs.replay.profiles import UNTYPED
@@ -587,6 +597,17 @@ def live_reader(
     except UserError as exc:  # make_env names the --env flag; here the world came from --calibration
         raise UserError(str(exc).replace("--env ", "--calibration ", 1)) from None
     return catalog, ReaderPolicy(spec, None, preference, model or DEFAULT_READER, calibration=world)
+
+
+def consult_tool(tools: Sequence[Tool], pool: Sequence[Offer]) -> str | None:
+    """The tool the reader consults a label with: `expert`, when it offers every answer label for the same model
+    (so that an answer adopts a consultation by its label); else None, and the reader answers with one label."""
+    tool = next((tool for tool in tools if tool.name == CONSULT_TOOL), None)
+    if tool is None:
+        return None
+    models = {row["label"]: row["model"] for row in tool.price_rows() if row.get("label")}
+    answers = {row["label"]: row["model"] for row in next(t for t in tools if t.name == pool[0].tool).price_rows()}
+    return tool.name if all(models.get(offer.label) == answers.get(offer.label) for offer in pool) else None
 
 
 def question_text(task: Task) -> str:

@@ -3,7 +3,8 @@
 A consumer that needs a capability (recorded outcomes for the outcome model, model labels for
 --hold-out-models, async scoring for the eval runner) asks `isinstance(env, Capability)` and gets a typed
 object, instead of probing attributes by name. The replay worlds (envs/replay/base.py) implement
-`ModelWorld`, `LabeledModels`, `RecordedOutcomes`, `PricedOutcomes` and `AsyncScoring`; the toolscale envs
+`ModelWorld`, `LabeledModels`, `RecordedOutcomes`, `PricedOutcomes` and `AsyncScoring`, and those loaded through
+the replay format (replay:DIR, replay:frames) `LiveAnswerKeys`; the toolscale envs
 implement `GoldActionTasks`. `runtime_checkable` checks that the members exist, not their signatures: the
 signatures here are for the type checker.
 """
@@ -72,3 +73,13 @@ class GoldActionTasks(Protocol):
 
 
 __all__ = ["AsyncScoring", "GoldActionTasks", "LabeledModels", "ModelWorld", "PricedOutcomes", "RecordedOutcomes"]
+
+
+@runtime_checkable
+class LiveAnswerKeys(Protocol):
+    """A world that can compare replies to questions outside it (live ones) as it compares its own answers: what
+    lets the reader consult a live model, adopt its answer when it commits, and escalate otherwise."""
+
+    def live_answer_key(self, text: str) -> str | None:
+        """The answer a live reply commits to, in the world's terms; None when it commits to none."""
+        ...

@@ -74,6 +74,7 @@ class LogWorldEnv(ReplayEnv):
     ) -> None:
         self.name = name
         self.loaded = loaded
+        self._letter_world: bool | None = None  # whether every gold answer is an option letter (live_answer_key)
         specs = model_specs(loaded, world, describe or (lambda model: f"{model} (recorded answers)"))
         super().__init__(loaded.data, specs, labels=dict(labels or {}))
 
@@ -97,8 +98,20 @@ class LogWorldEnv(ReplayEnv):
     def answer_key(self, task: Task, text: str) -> str | None:
         if task.gold and _is_letter(task.gold):
             return option_letter(text, LETTERS)
-        key = normalize(final_answer_text(text))
-        return None if not key or key in NOT_ATTEMPTED else key
+        return _text_key(text)
+
+    def live_answer_key(self, text: str) -> str | None:
+        """A live reply's answer key: an option letter in a world whose every gold answer is one, else its
+        normalized final answer (as this world's free-text answers are compared)."""
+        if self._letter_world is None:
+            golds = [task.gold for tasks in self.data.tasks.values() for task in tasks if task.gold]
+            self._letter_world = bool(golds) and all(_is_letter(gold) for gold in golds)
+        return option_letter(text, LETTERS) if self._letter_world else _text_key(text)
+
+
+def _text_key(text: str) -> str | None:
+    key = normalize(final_answer_text(text))
+    return None if not key or key in NOT_ATTEMPTED else key
 
 
 def _is_letter(gold: str) -> bool:
