@@ -73,6 +73,11 @@ def write_typed_world(root: Path, count: int = 60) -> Path:
         for model, correct in right.items():
             rows[model].append({"id": i, "response": str(i) if correct else "no", "correct": correct,
                                 "cost_usd": 0.002 if model == "generalist" else 0.001, "latency_s": 1.0})
+    return write_world(root, questions, rows)
+
+
+def write_world(root: Path, questions: list[dict], rows: dict[str, list[dict]]) -> Path:
+    """A directory in the replay format: questions.jsonl, and models/MODEL.jsonl per model."""
     (root / "models").mkdir(parents=True)
     (root / "questions.jsonl").write_text("".join(json.dumps(q) + "\n" for q in questions))
     for model, answers in rows.items():

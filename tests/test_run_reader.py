@@ -248,7 +248,10 @@ def write_declining_world(root: Path, count: int = 80) -> Path:
     """A free-text replay world: `cheap` answers 7 in 10 questions right and says "I don't know" to the rest,
     `dear` answers every one right at 100 times the price. The best plan under "accuracy": consult cheap, adopt
     its answer when it gives one, and otherwise answer with dear."""
-    questions, rows = [], {"cheap": [], "dear": []}
+    from test_reader_policy import write_world
+
+    questions: list[dict] = []
+    rows: dict[str, list[dict]] = {"cheap": [], "dear": []}
     for i in range(count):
         questions.append({"id": i, "problem": f"What is the code word number {i}?", "answer": f"word{i}",
                           "subset": "qa"})
@@ -256,11 +259,7 @@ def write_declining_world(root: Path, count: int = 80) -> Path:
         rows["cheap"].append({"id": i, "response": f"word{i}" if knows else "I don't know", "correct": knows,
                               "cost_usd": 0.0001, "latency_s": 1.0})
         rows["dear"].append({"id": i, "response": f"word{i}", "correct": True, "cost_usd": 0.01, "latency_s": 1.0})
-    (root / "models").mkdir(parents=True)
-    (root / "questions.jsonl").write_text("".join(json.dumps(q) + "\n" for q in questions))
-    for model, answers in rows.items():
-        (root / "models" / f"{model}.jsonl").write_text("".join(json.dumps(a) + "\n" for a in answers))
-    return root
+    return write_world(root, questions, rows)
 
 
 def test_over_live_endpoints_the_reader_consults_and_escalates_when_the_reply_commits_to_nothing(tmp_path):
