@@ -56,7 +56,8 @@ def run(
 ) -> None:
     """Answer QUESTION with an orchestrator that calls tools and other models; print each step's tokens and dollars."""
     if policy != "orchestrator" and (max_budget is not None or temperature > 0):
-        # the reader makes one priced call and samples nothing: a cap or temperature it ignored would mislead
+        # the reader follows its plan (at most three priced calls) and samples nothing: a cap or temperature it
+        # ignored would mislead
         raise UserError("--max-budget and --temperature are read by --policy orchestrator only")
     if policy != "orchestrator":
         trajectory = asyncio.run(_run_reader(question, config, prefer, corpus, policy, calibration, profiles, as_json))
