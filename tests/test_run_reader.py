@@ -222,8 +222,8 @@ def test_the_shipped_reader_pool_routes_by_routerbench_profiles(tmp_path, server
         model["backend"].pop("api_key_env", None)
     path = tmp_path / "pool.yaml"
     path.write_text(yaml.safe_dump(data))
-    catalog, reader = live_reader(load_catalog(path), "reader", Preference.parse("accuracy"), "replay:routerbench",
-                                  None)
+    catalog, reader = live_reader(load_catalog(path), "reader", "accuracy", "replay:routerbench", None)
+    assert reader is not None
     question = Task(id="q", split="cli",
                     prompt="Write a python function to find the sum of the squares of the first n odd natural numbers.")
 

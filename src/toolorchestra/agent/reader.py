@@ -68,7 +68,10 @@ def offers(tools: Sequence[Tool], tool_name: str = "answer") -> list[Offer]:
         price = Price(input_per_m=row["input_per_m"], output_per_m=row["output_per_m"], per_call=row["per_call"])
         found.append(Offer(tool_name, row["label"], price, row["latency_s"], row.get("profile")))
     if not found:
-        raise UserError(f"reader: the {tool_name!r} tool offers no labelled model")
+        raise UserError(
+            f"reader: the {tool_name!r} tool offers no labelled model; the reader chooses among the `models:` of "
+            "a catalog's answer tool (e.g. configs/pools/reader-openai-compatible.yaml)"
+        )
     missing = [offer.label for offer in found if offer.profile is None]
     if missing:
         raise UserError(

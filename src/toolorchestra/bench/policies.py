@@ -572,17 +572,24 @@ class ReaderPolicy(Policy):
 
 
 def live_reader(
-    catalog: Catalog, spec: str, preference: Preference, calibration: str | None, profiles: Path | None
-) -> tuple[Catalog, ReaderPolicy]:
-    """`--policy reader[:MODEL]` over a live catalog (`run`, `serve`): the catalog with `profiles` (a file
-    `toolorchestra profile` wrote) in place of its models' `profile:`, and the reader, with `calibration` (the
-    replay world the profiles were measured on) to place questions among their task types."""
+    catalog: Catalog, spec: str, prefer: str | None, calibration: str | None, profiles: Path | None
+) -> tuple[Catalog, ReaderPolicy | None]:
+    """`--policy` of `run` and `serve` over a live catalog: `orchestrator` gives the catalog and no reader;
+    `reader[:MODEL]` gives the catalog with `profiles` (a file `toolorchestra profile` wrote) in place of its
+    models' `profile:`, and the reader under `prefer`, with `calibration` (the replay world the profiles were
+    measured on) to place questions among their task types."""
     from toolorchestra.envs.registry import make_env
     from toolorchestra.envs.replay.profiles import read_profiles
 
     kind, _, model = spec.partition(":")
+    if spec == "orchestrator":
+        if calibration or profiles:
+            raise UserError("--calibration and --profiles are read by --policy reader only")
+        return catalog, None
     if kind != "reader":
         raise UserError(f"--policy {spec!r}: expected orchestrator or reader[:MODEL]")
+    local_tools = [tool.name for tool in catalog.tools if tool.type in ("python", "search")]
+    preference = Preference.parse(prefer, local_tools)
     if profiles is not None:
         names = [entry.name for entry in catalog.models]
         measured = read_profiles(profiles, names, others=True)

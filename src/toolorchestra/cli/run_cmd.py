@@ -59,10 +59,8 @@ def run(
         # the reader follows its plan (at most three priced calls) and samples nothing: a cap or temperature it
         # ignored would mislead
         raise UserError("--max-budget and --temperature are read by --policy orchestrator only")
-    if policy != "orchestrator":
+    if policy != "orchestrator" or calibration or profiles:
         trajectory = asyncio.run(_run_reader(question, config, prefer, corpus, policy, calibration, profiles, as_json))
-    elif calibration or profiles:
-        raise UserError("--calibration and --profiles are read by --policy reader only")
     else:
         trajectory = asyncio.run(_run(question, config, prefer, max_turns, max_budget, temperature, corpus, as_json))
     if save:
@@ -138,7 +136,6 @@ async def _run_reader(
 ) -> Trajectory:
     """One episode of the reader over the catalog's answer labels: it places the question among the profiles'
     task types (with --calibration), weighs each label's expected reward, and answers with the best one."""
-    from toolorchestra.agent.preference import Preference
     from toolorchestra.backends.pool import ModelPool
     from toolorchestra.bench.policies import live_reader
     from toolorchestra.catalog import default_catalog, load_catalog
@@ -146,8 +143,8 @@ async def _run_reader(
     from toolorchestra.tools.factory import build_tools
 
     catalog = load_catalog(config) if config else default_catalog(corpus)
-    local_tools = [spec.name for spec in catalog.tools if spec.type in ("python", "search")]
-    catalog, reader = live_reader(catalog, policy, Preference.parse(prefer, local_tools), calibration, profiles)
+    catalog, reader = live_reader(catalog, policy, prefer, calibration, profiles)
+    assert reader is not None  # --policy orchestrator without reader options runs _run
     pool = ModelPool(catalog.models)
     try:
         tools = build_tools(catalog.tools, pool)

@@ -96,15 +96,12 @@ def serve(
         raise UserError(f"--trajectories {trajectories}: folder {trajectories.parent} does not exist")
     build_app, listen_socket, serve_forever = _web_modules()
     catalog = load_catalog(config) if config else default_catalog(corpus)
-    reader = None
-    if policy != "orchestrator":
-        from toolorchestra.agent.preference import Preference
+    if policy != "orchestrator" or calibration or profiles:
         from toolorchestra.bench.policies import live_reader
 
-        local_tools = [spec.name for spec in catalog.tools if spec.type in ("python", "search")]
-        catalog, reader = live_reader(catalog, policy, Preference.parse(prefer, local_tools), calibration, profiles)
-    elif calibration or profiles:
-        raise UserError("--calibration and --profiles are read by --policy reader only")
+        catalog, reader = live_reader(catalog, policy, prefer, calibration, profiles)
+    else:
+        reader = None
     limits = ServeLimits(
         max_body_bytes=max_body_bytes,
         max_json_depth=max_json_depth,

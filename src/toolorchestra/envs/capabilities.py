@@ -72,9 +72,6 @@ class GoldActionTasks(Protocol):
     gold_actions: bool
 
 
-__all__ = ["AsyncScoring", "GoldActionTasks", "LabeledModels", "ModelWorld", "PricedOutcomes", "RecordedOutcomes"]
-
-
 @runtime_checkable
 class LiveAnswerKeys(Protocol):
     """A world that can compare replies to questions outside it (live ones) as it compares its own answers: what
@@ -83,3 +80,14 @@ class LiveAnswerKeys(Protocol):
     def live_answer_key(self, text: str) -> str | None:
         """The answer a live reply commits to, in the world's terms; None when it commits to none."""
         ...
+
+
+__all__ = [
+    "AsyncScoring",
+    "GoldActionTasks",
+    "LabeledModels",
+    "LiveAnswerKeys",
+    "ModelWorld",
+    "PricedOutcomes",
+    "RecordedOutcomes",
+]

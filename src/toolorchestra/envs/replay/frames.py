@@ -29,15 +29,14 @@ from toolorchestra.catalog.schema import LatencyPrior
 from toolorchestra.envs.base import Score, Task
 from toolorchestra.envs.replay.format import Line, LoadedWorld, PriceEntry, load_world, read_jsonl
 from toolorchestra.envs.replay.format import PriceSheet as FormatPriceSheet
-from toolorchestra.envs.replay.judge import LLMJudge, final_answer_text, normalize, normalized_match
-from toolorchestra.envs.replay.world import LogWorldEnv
+from toolorchestra.envs.replay.judge import LLMJudge, final_answer_text, normalized_match
+from toolorchestra.envs.replay.world import LogWorldEnv, text_key
 from toolorchestra.errors import ConfigError, UserError
 
 if TYPE_CHECKING:
     from toolorchestra.agent.trajectory import Trajectory
 
 WORLD = "frames"
-NOT_ATTEMPTED = {"i dont know", "i do not know", "unknown", "cannot determine", "not sure"}
 
 
 class FamilyPrices(BaseModel):
@@ -187,8 +186,7 @@ class FramesEnv(LogWorldEnv):
         return Score(correct=grade == "A", details={**score.details, "method": "llm_judge", "grade": grade})
 
     def answer_key(self, task: Task, text: str) -> str | None:
-        key = normalize(final_answer_text(text))
-        return None if not key or key in NOT_ATTEMPTED else key
+        return text_key(text)
 
 
 class FramesTypedEnv(FramesEnv):

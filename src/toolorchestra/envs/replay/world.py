@@ -98,7 +98,7 @@ class LogWorldEnv(ReplayEnv):
     def answer_key(self, task: Task, text: str) -> str | None:
         if task.gold and _is_letter(task.gold):
             return option_letter(text, LETTERS)
-        return _text_key(text)
+        return text_key(text)
 
     def live_answer_key(self, text: str) -> str | None:
         """A live reply's answer key: an option letter in a world whose every gold answer is one, else its
@@ -106,10 +106,11 @@ class LogWorldEnv(ReplayEnv):
         if self._letter_world is None:
             golds = [task.gold for tasks in self.data.tasks.values() for task in tasks if task.gold]
             self._letter_world = bool(golds) and all(_is_letter(gold) for gold in golds)
-        return option_letter(text, LETTERS) if self._letter_world else _text_key(text)
+        return option_letter(text, LETTERS) if self._letter_world else text_key(text)
 
 
-def _text_key(text: str) -> str | None:
+def text_key(text: str) -> str | None:
+    """A free-text answer's key: its normalized final answer; None when empty or a way of saying "I don't know"."""
     key = normalize(final_answer_text(text))
     return None if not key or key in NOT_ATTEMPTED else key
 
