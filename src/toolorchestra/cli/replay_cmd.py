@@ -1,16 +1,23 @@
-"""`toolorchestra replay`: check a directory in the replay format, and import other layouts into it.
+"""`toolorchestra replay`: check a directory in the replay format, import other layouts into it, and record a
+pool's live endpoints into it.
 
 - `replay check DIR`: validates every file (the first error names file, line and field; exit 2) and prints
   per model its coverage, accuracy, cost and latency over the questions every model answered;
-- `replay import-routerbench CSV... --out DIR`: RouterBench-style wide CSVs into the format.
+- `replay import-routerbench CSV... --out DIR`: RouterBench-style wide CSVs into the format;
+- `replay record QUESTIONS --config POOL --out DIR`: every model of a catalog tool answers every question once,
+  graded, priced and timed (bench/record.py); a rerun asks only what is missing.
 The format itself: docs/replay.md.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
+
+if TYPE_CHECKING:
+    from toolorchestra.bench.record import ModelTally
 
 replay_app = typer.Typer(
     help="Replay worlds from your own logs: check a directory, import other layouts (format: docs/replay.md).",
@@ -80,3 +87,84 @@ def import_routerbench(
         soft_wrap=True,
     )
     console.print(f"next: toolorchestra replay check {out}", markup=False, soft_wrap=True)
+
+
+@replay_app.command("record")
+def record(
+    questions: Path = typer.Argument(..., help="questions.jsonl of the replay format: id, problem, answer, ..."),
+    config: Path = typer.Option(..., "--config", "-c", help="the catalog whose endpoints answer"),
+    out: Path = typer.Option(..., "--out", help="the replay directory to write (a rerun adds what is missing)"),
+    tool: str = typer.Option("answer", "--tool", help="the tool whose labelled models are asked"),
+    models: str | None = typer.Option(None, "--models", help="comma-separated models or labels (default: all)"),
+    limit: int | None = typer.Option(None, "--limit", min=1, help="ask only the first N questions"),
+    concurrency: int = typer.Option(4, "--concurrency", min=1, help="calls in flight at once"),
+) -> None:
+    """Ask every model of a catalog's tool every question, once, and write their graded answers, dollars and
+    seconds to OUT as a replay world (then: replay check, profile --env replay:OUT, run --policy reader)."""
+    import asyncio
+
+    from toolorchestra.errors import EvalError
+
+    tallies = asyncio.run(_record(questions, config, out, tool, models, limit, concurrency))
+    _print_tallies(tallies, out)
+    failed = [tally for tally in tallies if tally.errors]
+    if failed:
+        first = "; ".join(f"{tally.model}: {tally.errors[0]}" for tally in failed[:3])
+        calls = sum(len(tally.errors) for tally in failed)
+        every = all(tally.recorded == 0 and tally.skipped == 0 for tally in tallies)
+        raise EvalError(
+            f"{'every call' if every else f'{calls} calls'} failed and nothing was written for them ({first}); "
+            "the answers that came back are kept, and rerunning the same command asks only what is missing"
+        )
+
+
+async def _record(
+    questions: Path, config: Path, out: Path, tool: str, models: str | None, limit: int | None, concurrency: int
+) -> list[ModelTally]:
+    from toolorchestra.backends.pool import ModelPool
+    from toolorchestra.bench.record import check_questions, record_answers, recorded_labels
+    from toolorchestra.catalog import load_catalog
+    from toolorchestra.envs.replay.format import read_questions
+    from toolorchestra.tools.factory import build_tools
+
+    catalog = load_catalog(config)
+    tasks = read_questions(questions)[:limit]
+    check_questions(tasks, out)
+    pool = ModelPool(catalog.models)
+    try:
+        tools = build_tools(catalog.tools, pool)
+        wanted = [name.strip() for name in models.split(",") if name.strip()] if models else None
+        labels = recorded_labels(tools, tool, wanted)
+        return await record_answers(tools, tool, labels, tasks, out, concurrency)
+    finally:
+        await pool.aclose()
+
+
+def _print_tallies(tallies: list[ModelTally], out: Path) -> None:
+    from rich.table import Table
+
+    from toolorchestra.cli.console import console as cli_console
+
+    console = cli_console()
+    table = Table(title=f"recorded to {out}")
+    for column in ("model", "label", "asked now", "written", "accuracy of written", "cost $", "failed", "already"):
+        table.add_column(column)
+    for tally in tallies:
+        accuracy = f"{tally.correct / tally.recorded:.4f}" if tally.recorded else "-"
+        table.add_row(
+            tally.model,
+            tally.label,
+            str(tally.asked),
+            str(tally.recorded),
+            accuracy,
+            f"{tally.cost_usd:.6f}",
+            str(len(tally.errors)),
+            str(tally.skipped),
+        )
+    console.print(table)
+    if any(tally.recorded or tally.skipped for tally in tallies):
+        console.print(
+            f"next: toolorchestra replay check {out}; toolorchestra profile --env replay:{out} --out profiles.yaml",
+            markup=False,
+            soft_wrap=True,
+        )

@@ -22,18 +22,27 @@ if TYPE_CHECKING:
 
 
 def _ids(path: Path) -> set[str]:
+    """The ids a file of the format holds. A last line that a kill cut short (no newline) is cut off, so
+    that the next append starts a fresh line and that answer is bought again."""
     if not path.exists():
         return set()
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        data = data[: data.rfind(b"\n") + 1]
+        with open(path, "r+b") as handle:
+            handle.truncate(len(data))
     found = set()
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in data.decode("utf-8", errors="replace").splitlines():
         try:
             found.add(str(json.loads(line)["id"]))
         except (ValueError, KeyError, TypeError):
-            continue  # a line torn by a kill: the answer is bought again
+            continue
     return found
 
 
 class ReplayRecorder:
+    """Appends answers to a replay-format folder, each model's answer to a question once."""
+
     def __init__(self, folder: Path) -> None:
         self.folder = folder
         (folder / "models").mkdir(parents=True, exist_ok=True)
@@ -49,31 +58,45 @@ class ReplayRecorder:
         """Write one bought answer (an answer-tool step with a model) and its question, once each."""
         if step.model is None or step.error or not step.meta.get("attempt"):
             return
+        answer = {
+            "response": str(step.meta["attempt"]),
+            "correct": bool(correct),
+            "cost_usd": step.cost_usd,
+            "latency_s": step.latency_s,
+            "prompt_tokens": step.prompt_tokens,
+            "completion_tokens": step.completion_tokens,
+            "label": step.label,
+            "raw_response": step.meta.get("response"),
+        }
+        self.add(task, step.model, answer)
+
+    def has(self, model: str, task_id: str) -> bool:
+        """Whether `model`'s answer to `task_id` is in the folder already (a resumed run skips it)."""
+        return task_id in self._answered(model)
+
+    def add(self, task: Task, model: str, answer: dict[str, Any]) -> bool:
+        """Append `model`'s `answer` line (response, correct, cost_usd, ...) and the question, each once;
+        False when the model had answered it already."""
         if task.id not in self.questions:
             question = {"id": task.id, "problem": task.prompt, "answer": task.gold, "split": task.split}
             self._append(
                 self.folder / "questions.jsonl", {**question, "subset": task.subtask} if task.subtask else question
             )
             self.questions.add(task.id)
-        path = self.folder / "models" / f"{step.model.replace('/', '_')}.jsonl"
-        answered = self.answered.setdefault(step.model, _ids(path))
+        answered = self._answered(model)
         if task.id in answered:
-            return
-        self._append(
-            path,
-            {
-                "id": task.id,
-                "response": str(step.meta["attempt"]),
-                "correct": bool(correct),
-                "cost_usd": step.cost_usd,
-                "latency_s": step.latency_s,
-                "prompt_tokens": step.prompt_tokens,
-                "completion_tokens": step.completion_tokens,
-                "label": step.label,
-                "raw_response": step.meta.get("response"),
-            },
-        )
+            return False
+        self._append(self.model_file(model), {"id": task.id, **answer})
         answered.add(task.id)
+        return True
+
+    def model_file(self, model: str) -> Path:
+        return self.folder / "models" / f"{model.replace('/', '_')}.jsonl"
+
+    def _answered(self, model: str) -> set[str]:
+        if model not in self.answered:
+            self.answered[model] = _ids(self.model_file(model))
+        return self.answered[model]
 
 
 __all__ = ["ReplayRecorder"]

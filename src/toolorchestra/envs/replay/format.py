@@ -330,10 +330,23 @@ def load_world(source: WorldSource, world: str) -> LoadedWorld:
     )
 
 
+def read_questions(path: Path) -> list[Task]:
+    """The questions of one questions.jsonl file, validated by the format's rules (what `replay record` asks
+    a pool's models before any model file exists)."""
+    if not path.is_file():
+        raise FormatError(path, "file not found (expected questions.jsonl: id, problem, answer, split, subset)")
+    tasks, order = _question_tasks(read_jsonl(path), path)
+    return [tasks[task_id] for task_id in order]
+
+
 def _read_questions(source: WorldSource) -> tuple[dict[str, Task], list[str]]:
+    return _question_tasks(source.questions(), getattr(source, "root", "questions"))
+
+
+def _question_tasks(lines: Iterator[Line], where: Path | str) -> tuple[dict[str, Task], list[str]]:
     tasks: dict[str, Task] = {}
     first_line: dict[str, int] = {}
-    for line in source.questions():
+    for line in lines:
         question = _validate(QuestionLine, line)
         task_id = str(question.id)
         if task_id in tasks:
@@ -348,7 +361,7 @@ def _read_questions(source: WorldSource) -> tuple[dict[str, Task], list[str]]:
         gold = None if question.answer is None else str(question.answer)
         tasks[task_id] = Task(id=task_id, split=split, prompt=question.problem, subtask=question.subset, gold=gold)
     if not tasks:
-        raise FormatError(getattr(source, "root", "questions"), f"{QUESTIONS} holds no question")
+        raise FormatError(where, f"{QUESTIONS} holds no question")
     return tasks, list(tasks)
 
 

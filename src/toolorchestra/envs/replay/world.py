@@ -79,21 +79,7 @@ class LogWorldEnv(ReplayEnv):
         super().__init__(loaded.data, specs, labels=dict(labels or {}))
 
     def judge_text(self, task: Task, answer: str) -> Score:
-        if not task.gold:
-            return Score(
-                correct=False,
-                details={"method": "unjudgeable", "reason": "no gold answer: only a recorded response is graded"},
-            )
-        if _is_letter(task.gold):
-            letter = option_letter(answer, LETTERS)
-            return Score(
-                correct=letter == task.gold.strip().upper(),
-                details={"method": "letter", "extracted": letter, "gold": task.gold},
-            )
-        return Score(
-            correct=normalized_match(answer, task.gold),
-            details={"method": "normalized", "gold": task.gold, "extracted": final_answer_text(answer)[:200]},
-        )
+        return judge_answer(task, answer)
 
     def answer_key(self, task: Task, text: str) -> str | None:
         if task.gold and _is_letter(task.gold):
@@ -107,6 +93,26 @@ class LogWorldEnv(ReplayEnv):
             golds = [task.gold for tasks in self.data.tasks.values() for task in tasks if task.gold]
             self._letter_world = bool(golds) and all(_is_letter(gold) for gold in golds)
         return option_letter(text, LETTERS) if self._letter_world else text_key(text)
+
+
+def judge_answer(task: Task, answer: str) -> Score:
+    """A free-text answer against the question's gold: as an option letter when the gold is a single letter
+    A-E, else by normalized match; without a gold answer it cannot be right."""
+    if not task.gold:
+        return Score(
+            correct=False,
+            details={"method": "unjudgeable", "reason": "no gold answer: only a recorded response is graded"},
+        )
+    if _is_letter(task.gold):
+        letter = option_letter(answer, LETTERS)
+        return Score(
+            correct=letter == task.gold.strip().upper(),
+            details={"method": "letter", "extracted": letter, "gold": task.gold},
+        )
+    return Score(
+        correct=normalized_match(answer, task.gold),
+        details={"method": "normalized", "gold": task.gold, "extracted": final_answer_text(answer)[:200]},
+    )
 
 
 def text_key(text: str) -> str | None:

@@ -1,0 +1,209 @@
+"""`toolorchestra replay record`: a pool's live endpoints answer a question file, and what they answered becomes a
+replay world that `replay check`, `profile` and `run --policy reader` read.
+
+The endpoints are real HTTP servers on 127.0.0.1. `SolverServer` is this test's fake of an OpenAI-compatible
+endpoint that answers by the question's content: one model can do sums, the other knows years.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from test_openai_backend import chat_body
+
+BIN = Path(sys.executable).parent
+YEARS = {"the hundred years war": 1453, "the thirty years war": 1648, "the war of the roses": 1487, "the cold war": 1991}
+SUM = re.compile(r"Compute (\d+) \+ (\d+)")
+EVENT = re.compile(r"did (.+?) end\?")
+
+
+def solve_sums(question: str) -> str:
+    found = SUM.search(question)
+    return f"The sum is {int(found.group(1)) + int(found.group(2))}." if found else "I don't know"
+
+
+def know_years(question: str) -> str:
+    found = EVENT.search(question)
+    return f"It ended in {YEARS[found.group(1)]}." if found else "Perhaps 12."
+
+
+class SolverServer:
+    """A fake OpenAI-compatible endpoint (test only): replies `solve(user message)` with 200 prompt and 20
+    completion tokens; `failing` makes every request a 500. Counts the requests per question."""
+
+    def __init__(self, solve, failing: bool = False) -> None:
+        self.solve, self.failing = solve, failing
+        self.asked: list[str] = []
+        self._lock = threading.Lock()
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._httpd.daemon_threads = True
+        threading.Thread(target=self._httpd.serve_forever, args=(0.02,), daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+                question = [m["content"] for m in body["messages"] if m["role"] == "user"][-1]
+                with server._lock:
+                    server.asked.append(question)
+                status, payload = (500, {"error": "down"}) if server.failing else (
+                    200, chat_body(server.solve(question), usage=(200, 20)))
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        return Handler
+
+
+@pytest.fixture
+def endpoints() -> Iterator[dict[str, SolverServer]]:
+    started = {"mathy": SolverServer(solve_sums), "histo": SolverServer(know_years)}
+    yield started
+    for server in started.values():
+        server.stop()
+
+
+def write_questions(path: Path, count: int = 16) -> Path:
+    rows = []
+    for i in range(count):
+        if i % 2 == 0:
+            rows.append({"id": i, "problem": f"Compute {i} + {3 * i} and write the sum as a number.",
+                         "answer": str(4 * i), "subset": "algebra", "split": "train" if i < 12 else "test"})
+        else:
+            event = list(YEARS)[i % len(YEARS)]
+            rows.append({"id": i, "problem": f"In which year did {event} end? Name the year only.",
+                         "answer": str(YEARS[event]), "subset": "history", "split": "train" if i < 12 else "test"})
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def write_pool(path: Path, endpoints: dict[str, SolverServer], answer_labels: dict[str, str] | None = None) -> Path:
+    """Both endpoints behind the answer tool (labels that say nothing) and the expert tool; mathy costs $1 per
+    1M tokens, histo $2."""
+    models = [{"name": "smollm2-135m", "backend": {"type": "local", "path": "smollm2-135m"}}]
+    for name, server in endpoints.items():
+        price = 1.0 if name == "mathy" else 2.0
+        models.append({"name": name, "backend": {"type": "openai", "base_url": server.url, "model": name,
+                                                 "max_retries": 0},
+                       "price": {"input_per_m": price, "output_per_m": price}})
+    labels = answer_labels if answer_labels is not None else {"one": "mathy", "two": "histo"}
+    path.write_text(yaml.safe_dump({
+        "orchestrator": "smollm2-135m",
+        "models": models,
+        "tools": [{"name": "expert", "type": "llm", "models": {"one": "mathy", "two": "histo"}},
+                  {"name": "answer", "type": "answer", "models": labels}],
+    }))
+    return path
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(BIN / "toolorchestra"), *args], capture_output=True, text=True, timeout=300)
+
+
+def lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_record_then_profile_then_the_reader_routes_by_what_was_recorded(tmp_path, endpoints):
+    questions = write_questions(tmp_path / "questions.jsonl")
+    pool = write_pool(tmp_path / "pool.yaml", endpoints)
+    world = tmp_path / "world"
+    result = cli("replay", "record", str(questions), "--config", str(pool), "--out", str(world))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert len(endpoints["mathy"].asked) == len(endpoints["histo"].asked) == 16
+    mathy, histo = lines(world / "models" / "mathy.jsonl"), lines(world / "models" / "histo.jsonl")
+    # graded by the replay format's rule (normalized match against the gold), priced at the catalog's price
+    assert {row["id"]: row["correct"] for row in mathy} == {str(i): i % 2 == 0 for i in range(16)}
+    assert {row["id"]: row["correct"] for row in histo} == {str(i): i % 2 == 1 for i in range(16)}
+    assert all(row["cost_usd"] == pytest.approx(220 / 1e6) for row in mathy)
+    assert all(row["cost_usd"] == pytest.approx(440 / 1e6) for row in histo)
+    assert mathy[0]["response"].startswith("The sum is") and {row["label"] for row in histo} == {"two"}
+    assert cli("replay", "check", str(world)).returncode == 0
+
+    # A killed run: one answer lost and the last line cut short. The rerun asks only for those two.
+    kept = (world / "models" / "mathy.jsonl").read_text().splitlines(keepends=True)
+    (world / "models" / "mathy.jsonl").write_text("".join(kept[:-2]) + kept[-1][:15])
+    result = cli("replay", "record", str(questions), "--config", str(pool), "--out", str(world))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert (len(endpoints["mathy"].asked), len(endpoints["histo"].asked)) == (18, 16)
+    assert sorted(row["id"] for row in lines(world / "models" / "mathy.jsonl")) == sorted(str(i) for i in range(16))
+
+    # The recorded world is profiled like any other, and the reader routes live questions by those profiles.
+    profiles = tmp_path / "profiles.yaml"
+    result = cli("profile", "--env", f"replay:{world}", "--out", str(profiles))
+    assert result.returncode == 0, result.stderr[-2000:]
+    measured = yaml.safe_load(profiles.read_text())
+    assert measured["mathy"]["accuracy"] == {"algebra": 1.0, "history": 0.0}
+    assert measured["histo"]["accuracy"] == {"algebra": 0.0, "history": 1.0}
+    for question, expected in (("Compute 40 + 2 and write the sum as a number.", "mathy"),
+                               ("In which year did the cold war end? Name the year only.", "histo")):
+        result = cli("run", question, "--config", str(pool), "--policy", "reader", "--profiles", str(profiles),
+                     "--calibration", f"replay:{world}", "--prefer", "accuracy", "--json")
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert json.loads(result.stdout)["answered_by"] == expected
+
+
+def test_record_refuses_what_it_cannot_do_with_one_line_and_writes_nothing_for_failed_calls(tmp_path, endpoints):
+    questions = write_questions(tmp_path / "questions.jsonl", count=4)
+    pool = write_pool(tmp_path / "pool.yaml", endpoints)
+    world = tmp_path / "world"
+
+    def refused(*args: str) -> str:
+        result = cli("replay", "record", *args)
+        assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
+        return result.stderr
+
+    assert "--models: ['nobody']" in refused(str(questions), "--config", str(pool), "--out", str(world),
+                                            "--models", "nobody")
+    assert "--tool search" in refused(str(questions), "--config", str(pool), "--out", str(world), "--tool", "search")
+    assert "missing.jsonl" in refused(str(tmp_path / "missing.jsonl"), "--config", str(pool), "--out", str(world))
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": 1, "problem": "q"}\n{"id": 2}\n')
+    assert "bad.jsonl:2" in refused(str(bad), "--config", str(pool), "--out", str(world))
+    slashed = write_pool(tmp_path / "slashed.yaml", endpoints)
+    data = yaml.safe_load(slashed.read_text())
+    data["models"][1]["name"] = "org/mathy"
+    data["tools"][0]["models"]["one"] = data["tools"][1]["models"]["one"] = "org/mathy"
+    slashed.write_text(yaml.safe_dump(data))
+    assert "cannot hold '/'" in refused(str(questions), "--config", str(slashed), "--out", str(world))
+    assert endpoints["mathy"].asked == endpoints["histo"].asked == []
+
+    # --models picks one; a question that changed since it was recorded is refused.
+    result = cli("replay", "record", str(questions), "--config", str(pool), "--out", str(world), "--models", "mathy")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert not (world / "models" / "histo.jsonl").exists() and len(endpoints["mathy"].asked) == 4
+    changed = tmp_path / "changed.jsonl"
+    changed.write_text(questions.read_text().replace('"answer": "8"', '"answer": "9"'))
+    assert "question '2': its answer differs" in refused(str(changed), "--config", str(pool), "--out", str(world))
+
+    # An endpoint that is down: the other's answers are kept, nothing is written for the failed calls, exit 1.
+    endpoints["histo"].failing = True
+    stderr = refused(str(questions), "--config", str(pool), "--out", str(world))
+    assert "4 calls failed" in stderr and "histo" in stderr and "rerunning" in stderr
+    assert not (world / "models" / "histo.jsonl").exists()
