@@ -207,3 +207,32 @@ def test_record_refuses_what_it_cannot_do_with_one_line_and_writes_nothing_for_f
     stderr = refused(str(questions), "--config", str(pool), "--out", str(world))
     assert "4 calls failed" in stderr and "histo" in stderr and "rerunning" in stderr
     assert not (world / "models" / "histo.jsonl").exists()
+
+
+def test_a_judge_model_grades_what_the_rule_does_not_match_and_a_failed_judge_writes_nothing(tmp_path, endpoints):
+    questions = write_questions(tmp_path / "questions.jsonl", count=4)
+    lenient = SolverServer(lambda prompt: "<correct>True</correct>")
+    try:
+        pool = write_pool(tmp_path / "pool.yaml", endpoints)
+        data = yaml.safe_load(pool.read_text())
+        data["models"].append({"name": "grader", "backend": {"type": "openai", "base_url": lenient.url,
+                                                              "model": "grader", "max_retries": 0},
+                               "price": {"input_per_m": 10.0, "output_per_m": 10.0}})
+        pool.write_text(yaml.safe_dump(data))
+        world = tmp_path / "world"
+        result = cli("replay", "record", str(questions), "--config", str(pool), "--out", str(world),
+                     "--models", "one", "--judge", "grader")
+        assert result.returncode == 0, result.stderr[-2000:]
+        # mathy's two sums match their gold; its two "I don't know" replies go to the judge, which passes them
+        assert [row["correct"] for row in lines(world / "models" / "mathy.jsonl")] == [True] * 4
+        assert len(lenient.asked) == 2 and "the LLM judge graded 2 replies for $0.004400" in result.stdout
+        lenient.failing = True
+        result = cli("replay", "record", str(questions), "--config", str(pool), "--out", str(world),
+                     "--models", "histo", "--judge", "grader")
+        assert result.returncode != 0 and "judge grader failed" in result.stderr
+        # histo's two years match; the two it got wrong were not graded, so not written
+        assert sorted(row["id"] for row in lines(world / "models" / "histo.jsonl")) == ["1", "3"]
+        bad = cli("replay", "record", str(questions), "--config", str(pool), "--out", str(world), "--judge", "nobody")
+        assert bad.returncode != 0 and "--judge nobody: no such model" in bad.stderr
+    finally:
+        lenient.stop()

@@ -20,6 +20,7 @@ from pathlib import Path
 from toolorchestra.agent.engine import run_calls
 from toolorchestra.backends.base import ToolCall
 from toolorchestra.envs.base import Task
+from toolorchestra.envs.live.judge import LiveJudge
 from toolorchestra.envs.live.record import ReplayRecorder
 from toolorchestra.envs.replay.world import judge_answer
 from toolorchestra.errors import UserError
@@ -38,6 +39,8 @@ class ModelTally:
     correct: int = 0
     skipped: int = 0  # answered in an earlier run
     cost_usd: float = 0.0
+    judge_cost_usd: float = 0.0
+    judged: int = 0  # replies the LLM judge graded (no match)
     errors: list[str] = field(default_factory=list)
 
 
@@ -98,10 +101,13 @@ async def record_answers(
     questions: Sequence[Task],
     out: Path,
     concurrency: int = 4,
+    judge: LiveJudge | None = None,
     on_answer: Callable[[ModelTally], None] | None = None,
 ) -> list[ModelTally]:
     """Ask every labelled model every question it has not answered in `out` yet, and append each reply that
-    did not fail, graded, to `out` (replay format). A failed call is counted, not written: a rerun asks again."""
+    did not fail, graded, to `out` (replay format). A reply the format's rule does not match is wrong, or, with
+    `judge`, graded by its LLM judge. A failed call (or a failed judge) is counted, not written: a rerun asks
+    again."""
     recorder = ReplayRecorder(out)
     by_name = {tool.name: tool for tool in tools}
     tallies = {label: ModelTally(model, label) for label, model in labels.items()}
@@ -112,25 +118,27 @@ async def record_answers(
         async with gate:
             call = ToolCall(id=f"record-{label}", name=tool_name, arguments={"model": label})
             (result,) = await run_calls(by_name, [call], task)
-        tally.asked += 1
-        tally.cost_usd += result.cost_usd
-        reply = result.answer if result.final else result.output
-        if result.error or reply is None:
-            tally.errors.append(f"{task.id}: {result.error or 'no reply'}")
-        else:
-            correct = bool(judge_answer(task, reply).correct)
-            line = {
-                "response": reply,
-                "correct": correct,
-                "cost_usd": result.cost_usd,
-                "latency_s": result.latency_s,
-                "prompt_tokens": result.prompt_tokens,
-                "completion_tokens": result.completion_tokens,
-                "label": label,
-            }
-            if recorder.add(task, tally.model, line):
-                tally.recorded += 1
-                tally.correct += correct
+            tally.asked += 1
+            tally.cost_usd += result.cost_usd
+            reply = result.answer if result.final else result.output
+            if result.error or not reply:
+                tally.errors.append(f"{task.id}: {result.error or 'empty reply'}")
+                return
+            correct = await _grade(task, reply, judge, tally)
+        if correct is None:
+            return
+        line = {
+            "response": reply,
+            "correct": correct,
+            "cost_usd": result.cost_usd,
+            "latency_s": result.latency_s,
+            "prompt_tokens": result.prompt_tokens,
+            "completion_tokens": result.completion_tokens,
+            "label": label,
+        }
+        if recorder.add(task, tally.model, line):
+            tally.recorded += 1
+            tally.correct += correct
         if on_answer is not None:
             on_answer(tally)
 
@@ -143,6 +151,21 @@ async def record_answers(
                 pending.append(ask(label, task))
     await asyncio.gather(*pending)
     return list(tallies.values())
+
+
+async def _grade(task: Task, reply: str, judge: LiveJudge | None, tally: ModelTally) -> bool | None:
+    """Whether `reply` is right by the replay format's rule, else by `judge` when given; None (and the cause
+    in `tally.errors`) when the judge failed, so that no grade is written that the judge did not give."""
+    matched = bool(judge_answer(task, reply).correct)
+    if matched or judge is None:
+        return matched
+    verdict = await judge.grade(task, reply)
+    tally.judged += verdict.method == "llm_judge"
+    tally.judge_cost_usd += verdict.cost_usd
+    if verdict.error:
+        tally.errors.append(f"{task.id}: {verdict.error}")
+        return None
+    return verdict.correct
 
 
 __all__ = ["ModelTally", "check_questions", "record_answers", "recorded_labels"]

@@ -98,6 +98,11 @@ def record(
     models: str | None = typer.Option(None, "--models", help="comma-separated models or labels (default: all)"),
     limit: int | None = typer.Option(None, "--limit", min=1, help="ask only the first N questions"),
     concurrency: int = typer.Option(4, "--concurrency", min=1, help="calls in flight at once"),
+    judge: str | None = typer.Option(
+        None,
+        "--judge",
+        help="a catalog model that grades a reply the format's rule does not match (default: that rule alone)",
+    ),
 ) -> None:
     """Ask every model of a catalog's tool every question, once, and write their graded answers, dollars and
     seconds to OUT as a replay world (then: replay check, profile --env replay:OUT, run --policy reader)."""
@@ -105,7 +110,7 @@ def record(
 
     from toolorchestra.errors import EvalError
 
-    tallies = asyncio.run(_record(questions, config, out, tool, models, limit, concurrency))
+    tallies = asyncio.run(_record(questions, config, out, tool, models, limit, concurrency, judge))
     _print_tallies(tallies, out)
     failed = [tally for tally in tallies if tally.errors]
     if failed:
@@ -119,15 +124,27 @@ def record(
 
 
 async def _record(
-    questions: Path, config: Path, out: Path, tool: str, models: str | None, limit: int | None, concurrency: int
+    questions: Path,
+    config: Path,
+    out: Path,
+    tool: str,
+    models: str | None,
+    limit: int | None,
+    concurrency: int,
+    judge: str | None,
 ) -> list[ModelTally]:
     from toolorchestra.backends.pool import ModelPool
     from toolorchestra.bench.record import check_questions, record_answers, recorded_labels
     from toolorchestra.catalog import load_catalog
+    from toolorchestra.envs.live.judge import LiveJudge
     from toolorchestra.envs.replay.format import read_questions
+    from toolorchestra.errors import UserError
     from toolorchestra.tools.factory import build_tools
 
     catalog = load_catalog(config)
+    names = [model.name for model in catalog.models]
+    if judge is not None and judge not in names:
+        raise UserError(f"--judge {judge}: no such model in {config}; its models: {', '.join(names)}")
     tasks = read_questions(questions)[:limit]
     check_questions(tasks, out)
     pool = ModelPool(catalog.models)
@@ -135,7 +152,8 @@ async def _record(
         tools = build_tools(catalog.tools, pool)
         wanted = [name.strip() for name in models.split(",") if name.strip()] if models else None
         labels = recorded_labels(tools, tool, wanted)
-        return await record_answers(tools, tool, labels, tasks, out, concurrency)
+        grader = LiveJudge(pool, judge) if judge is not None else None
+        return await record_answers(tools, tool, labels, tasks, out, concurrency, grader)
     finally:
         await pool.aclose()
 
@@ -162,6 +180,10 @@ def _print_tallies(tallies: list[ModelTally], out: Path) -> None:
             str(tally.skipped),
         )
     console.print(table)
+    judged = sum(tally.judged for tally in tallies)
+    if judged:
+        judge_cost = sum(tally.judge_cost_usd for tally in tallies)
+        console.print(f"the LLM judge graded {judged} replies for ${judge_cost:.6f} (not in the models' cost)")
     if any(tally.recorded or tally.skipped for tally in tallies):
         console.print(
             f"next: toolorchestra replay check {out}; toolorchestra profile --env replay:{out} --out profiles.yaml",
