@@ -52,6 +52,13 @@ def main() -> None:
             raise
         typer.secho(f"error: {exc}", fg="red", err=True)
         sys.exit(2)
+    except OSError as exc:
+        # A path the user named that cannot be read or written (a missing folder, no permission, a read-only
+        # disk) is their mistake to fix, not a bug: one line naming it. Other OS errors keep their traceback.
+        if exc.filename is None or os.environ.get("TOOLORCHESTRA_DEBUG") or "--debug" in sys.argv:
+            raise
+        typer.secho(f"error: {exc.filename}: {exc.strerror or exc}", fg="red", err=True)
+        sys.exit(2)
     except KeyboardInterrupt:
         typer.secho("interrupted", fg="yellow", err=True)
         sys.exit(130)
