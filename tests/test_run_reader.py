@@ -116,6 +116,10 @@ def test_what_the_reader_cannot_read_is_one_clear_line(tmp_path, servers):
     assert result.returncode != 0 and "--calibration" in result.stderr and "Traceback" not in result.stderr
     result = run("q", "--config", str(typed), "--policy", "reader", "--max-budget", "0.001")
     assert result.returncode != 0 and "--max-budget" in result.stderr and "Traceback" not in result.stderr
+    # A --save file that cannot be written fails before any call is paid for.
+    readable = catalog(tmp_path, servers, {"strong": 1.0, "weak": 0.01})
+    result = run("q", "--config", str(readable), "--policy", "reader", "--save", f"{readable}/trajectory.jsonl")
+    assert result.returncode == 2 and "Traceback" not in result.stderr and str(readable) in result.stderr
     assert len(servers["strong"].requests) == len(servers["weak"].requests) == 0
 
 

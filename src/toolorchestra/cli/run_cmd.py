@@ -59,6 +59,8 @@ def run(
         # the reader follows its plan (at most three priced calls) and samples nothing: a cap or temperature it
         # ignored would mislead
         raise UserError("--max-budget and --temperature are read by --policy orchestrator only")
+    if save:
+        save.open("a", encoding="utf-8").close()  # a file that cannot be written fails before any call is paid
     if policy != "orchestrator" or calibration or profiles:
         trajectory = asyncio.run(_run_reader(question, config, prefer, corpus, policy, calibration, profiles, as_json))
     else:
