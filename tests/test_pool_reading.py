@@ -128,7 +128,10 @@ def test_profile_command_writes_what_eval_reads(world, tmp_path):
     assert done.returncode == 0, done.stderr
     assert "wrote 3 profiles (10 questions each)" in done.stdout
     env = DirectoryWorldEnv(world)
-    assert read_profiles(out, env.models()) == measure_profiles(env, per_subset=5)
+    # the same profiles, each naming the world it was measured on (what `run --policy reader` calibrates on)
+    expected = {model: profile.model_copy(update={"measured_on": f"replay:{world.resolve()}"})
+                for model, profile in measure_profiles(env, per_subset=5).items()}
+    assert read_profiles(out, env.models()) == expected
     out.write_text(out.read_text().replace("declined: ", "declined: 7", 1))
     with pytest.raises(UserError, match=r"profile of 'alpha', field declined: .*less than or equal to 1"):
         read_profiles(out, env.models())

@@ -143,7 +143,7 @@ def test_record_then_profile_then_the_reader_routes_by_what_was_recorded(tmp_pat
     assert {row["id"]: row["correct"] for row in histo} == {str(i): i % 2 == 1 for i in range(16)}
     assert all(row["cost_usd"] == pytest.approx(220 / 1e6) for row in mathy)
     assert all(row["cost_usd"] == pytest.approx(440 / 1e6) for row in histo)
-    assert mathy[0]["response"].startswith("The sum is") and {row["label"] for row in histo} == {"two"}
+    assert {row["id"]: row["response"] for row in mathy}["2"] == "The sum is 8." and {row["label"] for row in histo} == {"two"}
     assert cli("replay", "check", str(world)).returncode == 0
 
     # A killed run: one answer lost and the last line cut short. The rerun asks only for those two.
@@ -161,12 +161,19 @@ def test_record_then_profile_then_the_reader_routes_by_what_was_recorded(tmp_pat
     measured = yaml.safe_load(profiles.read_text())
     assert measured["mathy"]["accuracy"] == {"algebra": 1.0, "history": 0.0}
     assert measured["histo"]["accuracy"] == {"algebra": 0.0, "history": 1.0}
+    # The profiles name the world they were measured on, so the reader needs no --calibration to place a question.
+    assert measured["mathy"]["measured_on"] == f"replay:{world.resolve()}"
     for question, expected in (("Compute 40 + 2 and write the sum as a number.", "mathy"),
                                ("In which year did the cold war end? Name the year only.", "histo")):
         result = cli("run", question, "--config", str(pool), "--policy", "reader", "--profiles", str(profiles),
-                     "--calibration", f"replay:{world}", "--prefer", "accuracy", "--json")
+                     "--prefer", "accuracy", "--json")
         assert result.returncode == 0, result.stderr[-2000:]
         assert json.loads(result.stdout)["answered_by"] == expected
+    # A world that has moved since is one line that says what to pass.
+    profiles.write_text(profiles.read_text().replace(str(world.resolve()), str(tmp_path / "moved")))
+    result = cli("run", "Compute 1 + 2.", "--config", str(pool), "--policy", "reader", "--profiles", str(profiles))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "measured on replay:" in result.stderr and "--calibration" in result.stderr
 
 
 def test_record_refuses_what_it_cannot_do_with_one_line_and_writes_nothing_for_failed_calls(tmp_path, endpoints):

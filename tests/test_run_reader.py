@@ -145,8 +145,8 @@ def test_profiles_measured_on_your_logs_route_live_questions_by_type(tmp_path, s
     }))
     common = ["--config", str(path), "--policy", "reader", "--profiles", str(profiles), "--prefer", "accuracy",
               "--json"]
-    without = run("Compute 5 + 15 and write the sum as a number.", *common)
-    assert without.returncode != 0 and "--calibration" in without.stderr  # two types, nothing to place it by
+    # Two types, and no --calibration: the profiles name the world they were measured on, which places it.
+    assert answered(run("Compute 5 + 15 and write the sum as a number.", *common))[0] == "mathy"
     common += ["--calibration", f"replay:{world}"]
     nonce = uuid.uuid4().hex[:8]  # questions no earlier run has read
     asked = [f"Compute 7 + 21 and write the sum as a number. ({nonce})",
@@ -226,8 +226,9 @@ def test_the_shipped_reader_pool_routes_by_routerbench_profiles(tmp_path, server
         model["backend"].pop("api_key_env", None)
     path = tmp_path / "pool.yaml"
     path.write_text(yaml.safe_dump(data))
-    catalog, reader = live_reader(load_catalog(path), "reader", "accuracy", "replay:routerbench", None)
-    assert reader is not None
+    # No --calibration: the pool's profiles name the world they were measured on (measured_on).
+    catalog, reader = live_reader(load_catalog(path), "reader", "accuracy", None, None)
+    assert reader is not None and reader.calibration is not None and reader.calibration.name == "replay:routerbench"
     question = Task(id="q", split="cli",
                     prompt="Write a python function to find the sum of the squares of the first n odd natural numbers.")
 

@@ -577,7 +577,7 @@ def live_reader(
     """`--policy` of `run` and `serve` over a live catalog: `orchestrator` gives the catalog and no reader;
     `reader[:MODEL]` gives the catalog with `profiles` (a file `toolorchestra profile` wrote) in place of its
     models' `profile:`, and the reader under `prefer`, with `calibration` (the replay world the profiles were
-    measured on) to place questions among their task types."""
+    measured on; by default the one their `measured_on` names) to place questions among their task types."""
     from toolorchestra.envs.registry import make_env
     from toolorchestra.envs.replay.profiles import read_profiles
 
@@ -599,11 +599,27 @@ def live_reader(
             entry.model_copy(update={"profile": measured.get(entry.name, entry.profile)}) for entry in catalog.models
         ]
         catalog = catalog.model_copy(update={"models": models})
+    inferred = calibration is None
+    calibration = calibration or measured_on(catalog)
     try:
         world = make_env(calibration) if calibration else None
     except UserError as exc:  # make_env names the --env flag; here the world came from --calibration
+        if inferred:
+            raise UserError(
+                f"the profiles were measured on {calibration}, which does not load here ({exc}); pass "
+                "--calibration ENV, the replay world to place questions among"
+            ) from None
         raise UserError(str(exc).replace("--env ", "--calibration ", 1)) from None
     return catalog, ReaderPolicy(spec, None, preference, model or DEFAULT_READER, calibration=world)
+
+
+def measured_on(catalog: Catalog, tool_name: str = "answer") -> str | None:
+    """The env every profiled model of the catalog's answer tool was measured on, when they agree on one."""
+    tool = next((tool for tool in catalog.tools if tool.name == tool_name), None)
+    names = set((tool.models or {}).values()) if tool is not None else set()
+    profiles = [entry.profile for entry in catalog.models if entry.name in names and entry.profile is not None]
+    worlds = {profile.measured_on for profile in profiles}
+    return worlds.pop() if len(worlds) == 1 else None
 
 
 def consult_tool(tools: Sequence[Tool], pool: Sequence[Offer]) -> str | None:

@@ -118,6 +118,11 @@ class ModelProfile(_Strict):
         description="per calibration question id where the answer commits: the answer the world compares (two "
         "consulted models agree when theirs are equal; what a consult-two-then-escalate plan is judged on)",
     )
+    measured_on: str | None = Field(
+        None,
+        description="the env the profile was measured on (`toolorchestra profile` writes it): over live endpoints "
+        "`run --policy reader` places a question among its train questions unless --calibration names another",
+    )
 
     @field_validator("accuracy")
     @classmethod

@@ -24,7 +24,7 @@ def profile_command(
     data_dir: Path | None = typer.Option(None, "--data-dir", help="Shared data dir (default: ../shared/data)."),
 ) -> None:
     """Measure accuracy per subset, decline share and mean output tokens of every model of a replay world."""
-    from toolorchestra.envs.registry import make_env
+    from toolorchestra.envs.registry import make_env, replay_dir
     from toolorchestra.envs.replay.base import ReplayEnv
     from toolorchestra.envs.replay.profiles import measure_profiles, write_profiles
     from toolorchestra.errors import UserError
@@ -32,7 +32,12 @@ def profile_command(
     env = make_env(env_name, data_dir)
     if not isinstance(env, ReplayEnv):
         raise UserError(f"--env {env_name}: profiles are measured on replay worlds (recorded answers)")
-    profiles = measure_profiles(env, split, per_subset, seed)
+    directory = replay_dir(env_name)
+    measured_on = f"replay:{directory.resolve()}" if directory is not None else env_name
+    profiles = {
+        model: profile.model_copy(update={"measured_on": measured_on})
+        for model, profile in measure_profiles(env, split, per_subset, seed).items()
+    }
     source = f"toolorchestra profile --env {env_name} --split {split} --per-subset {per_subset} --seed {seed}"
     write_profiles(profiles, out, source)
     typer.echo(f"wrote {len(profiles)} profiles ({next(iter(profiles.values())).n} questions each) to {out}")

@@ -44,8 +44,8 @@ def run(
     calibration: str | None = typer.Option(
         None,
         "--calibration",
-        help="With --policy reader and profiles of several task types: the replay world they were measured on "
-        "(e.g. replay:DIR); its train split places the question among the types.",
+        help="With --policy reader and profiles of several task types: the replay world whose train split places "
+        "the question among the types (default: the one the profiles name as `measured_on`).",
     ),
     profiles: Path | None = typer.Option(
         None,

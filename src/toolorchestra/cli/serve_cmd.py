@@ -77,7 +77,10 @@ def serve(
         "(as `run --policy reader`).",
     ),
     calibration: str | None = typer.Option(
-        None, "--calibration", help="With --policy reader: the replay world the profiles were measured on."
+        None,
+        "--calibration",
+        help="With --policy reader: the replay world that places questions among the profiles' task types "
+        "(default: their `measured_on`).",
     ),
     profiles: Path | None = typer.Option(
         None, "--profiles", help="With --policy reader: a file `toolorchestra profile` wrote, for the catalog."
