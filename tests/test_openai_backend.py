@@ -64,9 +64,10 @@ class Recorded:
 
 
 class ScriptedServer:
-    """Answers the n-th POST with the n-th reply (the last reply repeats) and records the requests."""
+    """Answers the n-th POST with the n-th reply (the last reply repeats), or with what `replies(request)` gives
+    when it is a function, and records the requests."""
 
-    def __init__(self, replies: list[Reply]) -> None:
+    def __init__(self, replies: list[Reply] | Callable[[Recorded], Reply]) -> None:
         self.replies = replies
         self.requests: list[Recorded] = []
         self.stopping = threading.Event()
@@ -96,6 +97,8 @@ class ScriptedServer:
             self.requests.append(recorded)
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            if callable(self.replies):
+                return self.replies(recorded)
             return self.replies[min(len(self.requests), len(self.replies)) - 1]
 
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:

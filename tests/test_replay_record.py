@@ -1,8 +1,8 @@
 """`toolorchestra replay record`: a pool's live endpoints answer a question file, and what they answered becomes a
 replay world that `replay check`, `profile` and `run --policy reader` read.
 
-The endpoints are real HTTP servers on 127.0.0.1. `SolverServer` is this test's fake of an OpenAI-compatible
-endpoint that answers by the question's content: one model can do sums, the other knows years.
+The endpoints are real HTTP servers on 127.0.0.1 (test_openai_backend's `ScriptedServer`, a test-only fake of an
+OpenAI-compatible endpoint) that answer by the question's content: one model can do sums, the other knows years.
 """
 
 from __future__ import annotations
@@ -11,15 +11,12 @@ import json
 import re
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
-from test_openai_backend import chat_body
+from test_openai_backend import Recorded, Reply, ScriptedServer, chat_body
 
 BIN = Path(sys.executable).parent
 YEARS = {"the hundred years war": 1453, "the thirty years war": 1648, "the war of the roses": 1487, "the cold war": 1991}
@@ -38,47 +35,27 @@ def know_years(question: str) -> str:
 
 
 class SolverServer:
-    """A fake OpenAI-compatible endpoint (test only): replies `solve(user message)` with 200 prompt and 20
-    completion tokens; `failing` makes every request a 500. Counts the requests per question."""
+    """A fake OpenAI-compatible endpoint (test only; test_openai_backend's ScriptedServer): replies
+    `solve(user message)` with 200 prompt and 20 completion tokens; `failing` makes every request a 500.
+    `asked` lists the questions it got."""
 
-    def __init__(self, solve, failing: bool = False) -> None:
-        self.solve, self.failing = solve, failing
-        self.asked: list[str] = []
-        self._lock = threading.Lock()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._httpd.daemon_threads = True
-        threading.Thread(target=self._httpd.serve_forever, args=(0.02,), daemon=True).start()
+    def __init__(self, solve) -> None:
+        self.solve, self.failing = solve, False
+        self.server = ScriptedServer(self.reply).start()
+        self.url, self.stop = self.server.url, self.server.stop
 
     @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
+    def asked(self) -> list[str]:
+        return [self.question(request) for request in self.server.requests]
 
-    def stop(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
+    @staticmethod
+    def question(request: Recorded) -> str:
+        return [m["content"] for m in request.body["messages"] if m["role"] == "user"][-1]
 
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-                question = [m["content"] for m in body["messages"] if m["role"] == "user"][-1]
-                with server._lock:
-                    server.asked.append(question)
-                status, payload = (500, {"error": "down"}) if server.failing else (
-                    200, chat_body(server.solve(question), usage=(200, 20)))
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        return Handler
+    def reply(self, request: Recorded) -> Reply:
+        if self.failing:
+            return Reply(status=500, body={"error": "down"})
+        return Reply(body=chat_body(self.solve(self.question(request)), usage=(200, 20)))
 
 
 @pytest.fixture
