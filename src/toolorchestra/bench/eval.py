@@ -15,6 +15,7 @@ from typing import Any
 
 from toolorchestra.agent.trajectory import write_trajectory
 from toolorchestra.bench.policies import Policy
+from toolorchestra.bench.progress import ProgressBar
 from toolorchestra.bench.request import (
     EvalRequest,
     build_env,
@@ -103,7 +104,8 @@ async def evaluate(
     for policy in policies:
         policy.prepare([task for p, task in jobs if p is policy])
     limit = asyncio.Semaphore(concurrency)
-    with _progress_bar(progress, total=len(policies) * len(tasks), done=len(policies) * len(tasks) - len(jobs)) as bar:
+    total = len(policies) * len(tasks)
+    with ProgressBar("eval", progress, total=total, done=total - len(jobs)) as bar:
 
         async def one(policy: Policy, task: Task) -> None:
             async with limit:
@@ -115,50 +117,3 @@ async def evaluate(
 
         await asyncio.gather(*(one(policy, task) for policy, task in jobs))
     return write_results(out, env, policies, tasks, header or {})
-
-
-class _Bar:
-    """A rich progress bar that also shows the running accuracy."""
-
-    def __init__(self, enabled: bool, total: int, done: int) -> None:
-        self.enabled = enabled
-        self.total, self.done, self.correct, self.new = total, done, 0, 0
-        self._progress: Any = None
-
-    def __enter__(self) -> _Bar:
-        if self.enabled:
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-                TimeRemainingColumn,
-            )
-
-            self._progress = Progress(
-                TextColumn("[bold]eval"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn("{task.fields[accuracy]}"),
-                TimeElapsedColumn(),
-                TimeRemainingColumn(),
-                transient=False,
-            )
-            self._progress.start()
-            self._task = self._progress.add_task("eval", total=self.total, completed=self.done, accuracy="")
-        return self
-
-    def advance(self, correct: bool | None) -> None:
-        self.new += 1
-        self.correct += bool(correct)
-        if self._progress is not None:
-            self._progress.update(self._task, advance=1, accuracy=f"acc {self.correct / self.new:.3f} (this run)")
-
-    def __exit__(self, *exc: object) -> None:
-        if self._progress is not None:
-            self._progress.stop()
-
-
-def _progress_bar(enabled: bool, total: int, done: int) -> _Bar:
-    return _Bar(enabled, total, done)

@@ -13,12 +13,13 @@ missing. OUT is then a replay world like any other: `replay check`, `profile --e
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from toolorchestra.agent.engine import run_calls
 from toolorchestra.backends.base import ToolCall
+from toolorchestra.bench.progress import ProgressBar
 from toolorchestra.envs.base import Task
 from toolorchestra.envs.live.judge import LiveJudge
 from toolorchestra.envs.live.record import ReplayRecorder
@@ -102,7 +103,7 @@ async def record_answers(
     out: Path,
     concurrency: int = 4,
     judge: LiveJudge | None = None,
-    on_answer: Callable[[ModelTally], None] | None = None,
+    progress: bool = False,
 ) -> list[ModelTally]:
     """Ask every labelled model every question it has not answered in `out` yet, and append each reply that
     did not fail, graded, to `out` (replay format). A reply the format's rule does not match is wrong, or, with
@@ -113,7 +114,7 @@ async def record_answers(
     tallies = {label: ModelTally(model, label) for label, model in labels.items()}
     gate = asyncio.Semaphore(concurrency)
 
-    async def ask(label: str, task: Task) -> None:
+    async def ask(label: str, task: Task, bar: ProgressBar) -> None:
         tally = tallies[label]
         async with gate:
             call = ToolCall(id=f"record-{label}", name=tool_name, arguments={"model": label})
@@ -123,8 +124,10 @@ async def record_answers(
             reply = result.answer if result.final else result.output
             if result.error or not reply:
                 tally.errors.append(f"{task.id}: {result.error or 'empty reply'}")
+                bar.advance(False)
                 return
             correct = await _grade(task, reply, judge, tally)
+        bar.advance(correct)
         if correct is None:
             return
         line = {
@@ -139,8 +142,6 @@ async def record_answers(
         if recorder.add(task, tally.model, line):
             tally.recorded += 1
             tally.correct += correct
-        if on_answer is not None:
-            on_answer(tally)
 
     pending = []
     for label, model in labels.items():
@@ -148,8 +149,10 @@ async def record_answers(
             if recorder.has(model, task.id):
                 tallies[label].skipped += 1
             else:
-                pending.append(ask(label, task))
-    await asyncio.gather(*pending)
+                pending.append((label, task))
+    total = len(labels) * len(questions)
+    with ProgressBar("record", progress, total=total, done=total - len(pending)) as bar:
+        await asyncio.gather(*(ask(label, task, bar) for label, task in pending))
     return list(tallies.values())
 
 

@@ -103,6 +103,7 @@ def record(
         "--judge",
         help="a catalog model that grades a reply the format's rule does not match (default: that rule alone)",
     ),
+    no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
 ) -> None:
     """Ask every model of a catalog's tool every question, once, and write their graded answers, dollars and
     seconds to OUT as a replay world (then: replay check, profile --env replay:OUT, run --policy reader)."""
@@ -110,7 +111,7 @@ def record(
 
     from toolorchestra.errors import EvalError
 
-    tallies = asyncio.run(_record(questions, config, out, tool, models, limit, concurrency, judge))
+    tallies = asyncio.run(_record(questions, config, out, tool, models, limit, concurrency, judge, not no_progress))
     _print_tallies(tallies, out)
     failed = [tally for tally in tallies if tally.errors]
     if failed:
@@ -132,6 +133,7 @@ async def _record(
     limit: int | None,
     concurrency: int,
     judge: str | None,
+    progress: bool,
 ) -> list[ModelTally]:
     from toolorchestra.backends.pool import ModelPool
     from toolorchestra.bench.record import check_questions, record_answers, recorded_labels
@@ -153,7 +155,7 @@ async def _record(
         wanted = [name.strip() for name in models.split(",") if name.strip()] if models else None
         labels = recorded_labels(tools, tool, wanted)
         grader = LiveJudge(pool, judge) if judge is not None else None
-        return await record_answers(tools, tool, labels, tasks, out, concurrency, grader)
+        return await record_answers(tools, tool, labels, tasks, out, concurrency, grader, progress)
     finally:
         await pool.aclose()
 
