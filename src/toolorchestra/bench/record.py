@@ -23,6 +23,7 @@ from toolorchestra.bench.progress import ProgressBar
 from toolorchestra.envs.base import Task
 from toolorchestra.envs.live.judge import LiveJudge
 from toolorchestra.envs.live.record import ReplayRecorder
+from toolorchestra.envs.replay.format import read_questions
 from toolorchestra.envs.replay.world import judge_answer
 from toolorchestra.errors import UserError
 from toolorchestra.tools.base import Tool
@@ -77,8 +78,6 @@ def recorded_labels(tools: Sequence[Tool], tool_name: str, models: Sequence[str]
 def check_questions(questions: Sequence[Task], out: Path) -> None:
     """UserError when `out` already holds one of `questions`' ids with another problem, gold answer or split:
     its recorded answers would be graded against the wrong question."""
-    from toolorchestra.envs.replay.format import read_questions
-
     if not (out / "questions.jsonl").exists():
         return
     recorded = {task.id: task for task in read_questions(out / "questions.jsonl")}
