@@ -222,16 +222,32 @@ def test_reader_consults_two_and_escalates_on_disagreement_in_a_replay_world(tmp
     assert metrics["calls_per_tool"]["expert"] == 2 * len(episodes)
 
 
-def test_reader_consults_and_adopts_or_escalates_in_a_replay_world(tmp_path):
-    root = tmp_path / "world"
-    (root / "models").mkdir(parents=True)
+def write_shy_and_sure_world(root: Path) -> Path:
+    """40 sums of one type: `shy` answers half of them right and says "I don't know" to the rest for $0.001,
+    `sure` answers 4 in 5 right for $0.01."""
     questions = [{"id": i, "problem": f"Compute {i} + {2 * i}.", "answer": str(3 * i)} for i in range(40)]
     shy = [{"id": i, "response": str(3 * i) if i % 4 < 2 else "I don't know", "correct": i % 4 < 2,
             "cost_usd": 0.001, "latency_s": 1.0} for i in range(40)]
     sure = [{"id": i, "response": str(3 * i) if i % 5 else "7", "correct": bool(i % 5), "cost_usd": 0.01,
              "latency_s": 1.0} for i in range(40)]
-    for name, rows in (("questions.jsonl", questions), ("models/shy.jsonl", shy), ("models/sure.jsonl", sure)):
-        (root / name).write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return write_world(root, questions, {"shy": shy, "sure": sure})
+
+
+def test_eval_runs_the_reader_on_a_replay_world_when_no_policy_is_named(tmp_path):
+    import subprocess
+    import sys
+
+    root = write_shy_and_sure_world(tmp_path / "world")
+    done = subprocess.run([sys.executable, "-m", "toolorchestra.cli.main", "eval", "--env", f"replay:{root}",
+                           "--out", str(tmp_path / "out"), "--no-progress"], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    assert metrics["policy"] == "reader" and metrics["n"] == 20
+
+
+def test_reader_consults_and_adopts_or_escalates_in_a_replay_world(tmp_path):
+    root = write_shy_and_sure_world(tmp_path / "world")
     metrics = run_eval(EvalRequest(env=f"replay:{root}", policy="reader", prefer="accuracy", out=tmp_path / "out",
                                    progress=False))
     episodes = [json.loads(line) for line in (tmp_path / "out" / "trajectories.jsonl").read_text().splitlines()]

@@ -438,7 +438,8 @@ def test_offline_airline_episode_with_smollm2_behind_serve(tmp_path):
                          for group in ("orchestrator", "experts", "user_simulator")}}))
 
 
-def test_cli_still_needs_a_policy_for_replay_envs(tmp_path):
-    result = cli("eval", "--env", "replay:routerbench", "--out", str(tmp_path / "o"))
+def test_cli_still_needs_a_policy_for_toolscale_envs(tmp_path):
+    # (replay worlds run the reader by default: test_reader_policy.py)
+    result = cli("eval", "--env", "toolscale:bank", "--out", str(tmp_path / "o"))
     assert result.returncode == 2
-    assert result.stderr.strip() == "error: --policy is required for --env replay:routerbench"
+    assert result.stderr.strip() == "error: --policy is required for --env toolscale:bank"

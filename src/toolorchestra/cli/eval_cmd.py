@@ -34,8 +34,8 @@ def eval_command(
         help="single:MODEL | random | cheapest | per-subtask | "
         "cascade[:LAMBDA] | router[:THRESHOLD] (no threshold: sweep) | oracle | "
         "orchestrator:MODEL | reader[:MODEL] (decides from the labels' prices and profiles) | gold | noop "
-        "(toolscale envs). Required, except on tau2, hle and frames-live "
-        "(default: the pool's orchestrator).",
+        "(toolscale envs). Default: reader on replay worlds, the pool's orchestrator on tau2, hle and "
+        "frames-live; required on toolscale.",
     ),
     out: Path = typer.Option(
         ...,
@@ -208,7 +208,7 @@ def eval_command(
     if context not in ("auto", "paper", "history"):
         raise UserError(f"--context {context!r}: expected auto, paper or history")
     if policy is None:
-        policy = _default_live_policy(env, config, data_dir)
+        policy = _default_policy(env, config, data_dir)
     if policy is None:
         raise UserError(f"--policy is required for --env {env}")
     if config is not None and not policy.startswith("orchestrator:") and not judge:
@@ -247,10 +247,14 @@ def eval_command(
     _fail_if_every_episode_failed(metrics)
 
 
-def _default_live_policy(env: str, config: Path | None, data_dir: Path | None) -> str | None:
-    """On a live world the pool's orchestrator runs by default: --config's, else the embedded SmolLM2."""
-    from toolorchestra.envs.registry import is_live
+def _default_policy(env: str, config: Path | None, data_dir: Path | None) -> str | None:
+    """The orchestrator that runs without --policy: on a replay world the reader (it reads any world's pool,
+    prices and profiles with no flag per world); on a live world the pool's orchestrator, --config's, else the
+    embedded SmolLM2. Elsewhere (ToolScale) None: --policy is required."""
+    from toolorchestra.envs.registry import REPLAY_PREFIX, is_live
 
+    if env.startswith(REPLAY_PREFIX):
+        return "reader"
     if not is_live(env):
         return None
     if config is None:
