@@ -1,5 +1,6 @@
 """Reading users' files without trusting them: JSONL line by line, text and YAML with a size bound, and
-pydantic-validated YAML whose every failure is one message naming the file (and line or field).
+pydantic-validated YAML whose every failure is one message naming the file (and line or field); and appending to
+JSONL after a kill (`drop_torn_tail`), which every resumable writer (eval, tau2, recorded answers) shares.
 
 A single 200 MB line read with a plain `for line in handle` lands in memory whole, then again as a decoded string
 and again as parsed JSON: enough to get a process killed. `read_lines` reads each line with a bounded `readline`,
@@ -140,3 +141,14 @@ def load_yaml_model(path: Path | str, model: type[ModelT], expected: str, empty_
         return model.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(format_validation_error(path, exc)) from None
+
+
+def drop_torn_tail(path: Path) -> None:
+    """Cut a last line that a kill left without its newline, so appended lines start clean."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    with open(path, "rb+") as handle:
+        data = handle.read()
+        if data.endswith(b"\n"):
+            return
+        handle.truncate(data.rfind(b"\n") + 1)

@@ -25,9 +25,10 @@ from toolorchestra.bench.request import (
     run_episode,
     tasks_with_ids,
 )
-from toolorchestra.bench.rundir import TRAJECTORIES, claim_dir, drop_torn_tail, finished, write_results
+from toolorchestra.bench.rundir import TRAJECTORIES, claim_dir, finished, write_results
 from toolorchestra.envs.base import Env, Task
 from toolorchestra.errors import UserError
+from toolorchestra.files import drop_torn_tail
 
 # Re-exported: callers name the eval entry points and the dir helpers through this module.
 __all__ = ["EvalRequest", "claim_dir", "drop_torn_tail", "evaluate", "local_orchestrators", "run_episode", "run_eval"]

@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from toolorchestra.bench.request import EvalRequest, request_policies, run_episode
-from toolorchestra.bench.rundir import TRAJECTORIES, drop_torn_tail, finished, write_results
+from toolorchestra.bench.rundir import TRAJECTORIES, finished, write_results
 from toolorchestra.envs.base import Task
 from toolorchestra.errors import UserError
+from toolorchestra.files import drop_torn_tail
 
 CHUNKS_PER_WORKER = 4
 

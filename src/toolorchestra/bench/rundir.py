@@ -60,17 +60,6 @@ def claim_dir(out: Path, manifest: dict[str, Any], outputs: Sequence[str] = (TRA
     manifest_path.write_text(json.dumps(manifest, indent=2) + "\n")
 
 
-def drop_torn_tail(path: Path) -> None:
-    """Cut a last line that a kill left without its newline, so appended lines start clean."""
-    if not path.exists() or path.stat().st_size == 0:
-        return
-    with open(path, "rb+") as handle:
-        data = handle.read()
-        if data.endswith(b"\n"):
-            return
-        handle.truncate(data.rfind(b"\n") + 1)
-
-
 def finished(path: Path) -> set[tuple[str, str]]:
     if not path.exists():
         return set()
@@ -192,7 +181,6 @@ __all__ = [
     "add_hold_out_share",
     "claim_dir",
     "collect_metrics",
-    "drop_torn_tail",
     "finished",
     "write_results",
 ]

@@ -16,23 +16,21 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from toolorchestra.files import drop_torn_tail
+
 if TYPE_CHECKING:
     from toolorchestra.agent.trajectory import Step
     from toolorchestra.envs.base import Task
 
 
 def _ids(path: Path) -> set[str]:
-    """The ids a file of the format holds. A last line that a kill cut short (no newline) is cut off, so
-    that the next append starts a fresh line and that answer is bought again."""
+    """The ids a file of the format holds. A last line that a kill cut short is cut off first, so that the
+    next append starts a fresh line and that answer is bought again."""
     if not path.exists():
         return set()
-    data = path.read_bytes()
-    if data and not data.endswith(b"\n"):
-        data = data[: data.rfind(b"\n") + 1]
-        with open(path, "r+b") as handle:
-            handle.truncate(len(data))
+    drop_torn_tail(path)
     found = set()
-    for line in data.decode("utf-8", errors="replace").splitlines():
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
         try:
             found.add(str(json.loads(line)["id"]))
         except (ValueError, KeyError, TypeError):

@@ -437,7 +437,7 @@ class Tau2Output:
         self.done = {(trajectory.task_id, trajectory.score_details.get("trial")) for trajectory in finished}
 
     def finished_trajectories(self) -> list[Trajectory]:
-        from toolorchestra.bench.rundir import drop_torn_tail
+        from toolorchestra.files import drop_torn_tail
 
         if not self.trajectories_path.exists():
             return []
