@@ -206,6 +206,14 @@ def test_record_refuses_what_it_cannot_do_with_one_line_and_writes_nothing_for_f
     changed.write_text(questions.read_text().replace('"answer": "8"', '"answer": "9"'))
     assert "question '2': its answer differs" in refused(str(changed), "--config", str(pool), "--out", str(world))
 
+    # Another recorder writing the same --out (here: this process holding its lock) is refused, not raced.
+    import fcntl
+
+    with open(world / ".record.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        assert "another `replay record` is writing it" in refused(str(questions), "--config", str(pool),
+                                                                  "--out", str(world))
+
     # An endpoint that is down: the other's answers are kept, nothing is written for the failed calls, exit 1.
     endpoints["histo"].failing = True
     stderr = refused(str(questions), "--config", str(pool), "--out", str(world))

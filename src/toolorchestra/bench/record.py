@@ -13,7 +13,9 @@ missing. OUT is then a replay world like any other: `replay check`, `profile --e
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import fcntl
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -108,6 +110,36 @@ async def record_answers(
     did not fail, graded, to `out` (replay format). A reply the format's rule does not match is wrong, or, with
     `judge`, graded by its LLM judge. A failed call (or a failed judge) is counted, not written: a rerun asks
     again."""
+    with _exclusive(out):
+        return await _record(tools, tool_name, labels, questions, out, concurrency, judge, progress)
+
+
+@contextmanager
+def _exclusive(out: Path) -> Iterator[None]:
+    """Hold `out` for this process: two recorders appending to one questions.jsonl would write a question
+    twice, and the world would no longer load."""
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / ".record.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UserError(
+                f"--out {out}: another `replay record` is writing it; let it finish (it records every model "
+                "it was given, --concurrency calls at once), or record into another --out"
+            ) from None
+        yield
+
+
+async def _record(
+    tools: Sequence[Tool],
+    tool_name: str,
+    labels: dict[str, str],
+    questions: Sequence[Task],
+    out: Path,
+    concurrency: int,
+    judge: LiveJudge | None,
+    progress: bool,
+) -> list[ModelTally]:
     recorder = ReplayRecorder(out)
     by_name = {tool.name: tool for tool in tools}
     tallies = {label: ModelTally(model, label) for label, model in labels.items()}
