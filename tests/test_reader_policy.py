@@ -124,6 +124,24 @@ def test_question_vectors_are_read_once_per_model(tmp_path, monkeypatch):
     assert torch.allclose(QuestionReader().embed(["Compute 2 + 5."]), first[:1], atol=1e-5)  # a bad file: read again
 
 
+def test_stored_vectors_stay_in_memory_until_another_process_rewrites_the_file(tmp_path, monkeypatch):
+    from toolorchestra.backends.question_reader import QuestionReader
+
+    monkeypatch.setattr(QuestionReader, "_cache_path", lambda self: tmp_path / "vectors.pt")
+    QuestionReader().embed(["Compute 2 + 5.", "In which year did the cold war end?"])
+    reader = QuestionReader(keep_questions=False)
+    reads = []
+    original = reader._read_cache
+    reader._read_cache = lambda: reads.append(1) or original()
+    for _ in range(3):
+        reader.embed(["Compute 2 + 5."])
+    assert len(reads) == 1  # one read of the file, then memory
+    reader.embed(["A question of a user, not kept."], keep=False)
+    assert len(reader._stored()) == 2 and len(reads) == 1  # neither on disk nor in memory
+    QuestionReader().embed(["Compute 3 + 4."])  # another reader (another process) adds a vector to the file
+    assert len(reader._stored()) == 3 and len(reads) == 2
+
+
 def test_episodes_read_unprepared_questions_concurrently(tmp_path):
     """Without `prepare` (a caller that runs episodes directly), concurrent episodes read their own questions."""
     import asyncio

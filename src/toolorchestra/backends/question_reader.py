@@ -34,6 +34,11 @@ class QuestionReader:
         self._loaded: tuple[Any, Any] | None = None
         self._calibration: torch.Tensor | None = None
         self._types: list[str] = []
+        # The vectors on disk, kept in memory: read again only when another process has rewritten the file (its
+        # size and modification time), so that a served question does not pay a read of every stored vector.
+        self._kept: dict[str, torch.Tensor] | None = None
+        self._kept_stamp: tuple[int, int] | None = None
+        self._path: Path | None = None
 
     def calibrate(self, questions: Sequence[str], types: Sequence[str]) -> None:
         """Embed the calibration questions, each with its task type (a train split's questions)."""
@@ -61,15 +66,31 @@ class QuestionReader:
         import torch
 
         keys = [hashlib.sha1(question.encode()).hexdigest() for question in questions]
-        cache = self._read_cache()
+        cache = self._stored()
         unread = dict(zip(keys, questions, strict=True))
         unread = {key: question for key, question in unread.items() if key not in cache}
+        fresh: dict[str, torch.Tensor] = {}
         if unread:
-            computed = self._compute(list(unread.values()), batch_size)
-            cache.update(zip(unread, computed, strict=True))
-            if keep:
+            fresh = dict(zip(unread, self._compute(list(unread.values()), batch_size), strict=True))
+            if keep:  # (vectors not kept stay out of memory too: a server's users' questions do not pile up)
+                cache.update(fresh)
                 self._write_cache(cache)
-        return torch.stack([cache[key] for key in keys])
+                self._kept_stamp = self._stamp()
+        return torch.stack([cache[key] if key in cache else fresh[key] for key in keys])
+
+    def _stored(self) -> dict[str, torch.Tensor]:
+        """The vectors on disk, from memory unless the file changed since they were read."""
+        stamp = self._stamp()
+        if self._kept is None or stamp != self._kept_stamp:
+            self._kept, self._kept_stamp = self._read_cache(), stamp
+        return self._kept
+
+    def _stamp(self) -> tuple[int, int] | None:
+        try:
+            status = self._cache_path().stat()
+        except FileNotFoundError:
+            return None
+        return status.st_size, status.st_mtime_ns
 
     def _compute(self, questions: list[str], batch_size: int) -> torch.Tensor:
         import torch
@@ -89,7 +110,13 @@ class QuestionReader:
         return vectors
 
     def _cache_path(self) -> Path:
-        """One file per model: its resolved weights (path and modification times) and the reading rule."""
+        """One file per model: its resolved weights (path and modification times) and the reading rule; named
+        once per reader (the weights do not change under a running process)."""
+        if self._path is None:
+            self._path = self._named_cache_path()
+        return self._path
+
+    def _named_cache_path(self) -> Path:
         from toolorchestra.backends.local import cache_dir, resolve_model_dir
 
         model_dir = resolve_model_dir(self.model_name)
