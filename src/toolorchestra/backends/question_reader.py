@@ -73,6 +73,8 @@ class QuestionReader:
         if unread:
             fresh = dict(zip(unread, self._compute(list(unread.values()), batch_size), strict=True))
             if keep:  # (vectors not kept stay out of memory too: a server's users' questions do not pile up)
+                if self._stamp() != self._kept_stamp:  # another process wrote meanwhile: keep its vectors too
+                    cache = self._kept = {**self._read_cache(), **cache}
                 cache.update(fresh)
                 self._write_cache(cache)
                 self._kept_stamp = self._stamp()
