@@ -246,6 +246,7 @@ def test_the_shipped_reader_pool_routes_by_routerbench_profiles(tmp_path, server
 
     assert asyncio.run(answered_by("accuracy")) == "gpt-4-1106-preview"
     assert asyncio.run(answered_by("cost")) == "mistralai/mixtral-8x7b-chat"
+    assert reader._posteriors == {}  # a live question's reading is not kept past its episode (a server's memory)
     assert len(servers["strong"].requests) == 2
 
 

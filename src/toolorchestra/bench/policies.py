@@ -497,7 +497,8 @@ class ReaderPolicy(Policy):
                 await asyncio.to_thread(self.prepare, [task])
             if task.id not in self._posteriors:
                 raise UserError(self._no_calibration(types))
-            posterior = self._posteriors[task.id]
+            # A live question is read for its one episode: kept, a server's posteriors would grow with every request.
+            posterior = self._posteriors.pop(task.id) if self.env is None else self._posteriors[task.id]
         tokens, weights = count_tokens(task.prompt), self.preference.weights()
         consult = consult_tool(tools, pool)
         if consult is None or not self._compares_answers() or not all_outcomes(pool):
