@@ -186,6 +186,9 @@ def test_record_refuses_what_it_cannot_do_with_one_line_and_writes_nothing_for_f
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"id": 1, "problem": "q"}\n{"id": 2}\n')
     assert "bad.jsonl:2" in refused(str(bad), "--config", str(pool), "--out", str(world))
+    bad.write_text('{"id": 1, "problem": "q", "answer": "a"}\n{"id": 2, "problem": "r"}\n')
+    assert "without an 'answer': 1 of 2 (the first: id '2')" in refused(str(bad), "--config", str(pool),
+                                                                         "--out", str(world))
     slashed = write_pool(tmp_path / "slashed.yaml", endpoints)
     data = yaml.safe_load(slashed.read_text())
     data["models"][1]["name"] = "org/mathy"

@@ -78,8 +78,15 @@ def recorded_labels(tools: Sequence[Tool], tool_name: str, models: Sequence[str]
 
 
 def check_questions(questions: Sequence[Task], out: Path) -> None:
-    """UserError when `out` already holds one of `questions`' ids with another problem, gold answer or split:
-    its recorded answers would be graded against the wrong question."""
+    """UserError when a question has no gold answer (its replies could not be graded), or when `out` already
+    holds one of `questions`' ids with another problem, gold answer or split: its recorded answers would be
+    graded against the wrong question."""
+    ungraded = [task.id for task in questions if not task.gold]
+    if ungraded:
+        raise UserError(
+            f"questions without an 'answer': {len(ungraded)} of {len(questions)} (the first: id {ungraded[0]!r}); "
+            "replay record grades every reply against the question's gold answer"
+        )
     if not (out / "questions.jsonl").exists():
         return
     recorded = {task.id: task for task in read_questions(out / "questions.jsonl")}
