@@ -219,6 +219,8 @@ def test_record_refuses_what_it_cannot_do_with_one_line_and_writes_nothing_for_f
     endpoints["histo"].failing = True
     stderr = refused(str(questions), "--config", str(pool), "--out", str(world))
     assert "4 calls failed" in stderr and "histo" in stderr and "rerunning" in stderr
+    stderr = refused(str(questions), "--config", str(pool), "--out", str(tmp_path / "w2"), "--models", "histo")
+    assert "every call failed, so nothing was written" in stderr and "check the endpoints" in stderr
     assert not (world / "models" / "histo.jsonl").exists()
 
 

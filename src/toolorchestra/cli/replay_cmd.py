@@ -118,9 +118,11 @@ def record(
         first = "; ".join(f"{tally.model}: {tally.errors[0]}" for tally in failed[:3])
         calls = sum(len(tally.errors) for tally in failed)
         every = all(tally.recorded == 0 and tally.skipped == 0 for tally in tallies)
+        if every:
+            raise EvalError(f"every call failed, so nothing was written ({first}); check the endpoints and rerun")
         raise EvalError(
-            f"{'every call' if every else f'{calls} calls'} failed and nothing was written for them ({first}); "
-            "the answers that came back are kept, and rerunning the same command asks only what is missing"
+            f"{calls} calls failed and nothing was written for them ({first}); the answers that came back are "
+            "kept, and rerunning the same command asks only what is missing"
         )
 
 
