@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A few verl steps of configs/verl/smollm2-1gpu.yaml on one GPU (docs/scale-out.md). Needs the verl extra
 # plus a rollout server build for the GPU (vLLM or SGLang, installed with the machine's CUDA torch), and the
-# shared data. Not run yet: no GPU was lent to the session that wrote it.
+# shared data. Not run through yet: the one GPU lent so far could not be given vLLM and ray (docs/scale-out.md).
 #   STEPS=3 PY=python bash scripts/gpu_smoke_verl.sh
 set -euo pipefail
 PY=${PY:-python}
