@@ -258,6 +258,39 @@ def test_child_prefix_scores_and_gradients_equal_one_prefix() -> None:
         torch.testing.assert_close(param.grad, expected[name], rtol=1e-4, atol=1e-5, msg=name)
 
 
+def test_several_tasks_per_chunk_keep_the_loss_and_gradient(tmp_path, monkeypatch) -> None:
+    """counterfactual.tasks_per_chunk > 1 scores several whole tasks in one pass over the system message (a
+    GPU's batching) instead of one question prefix per task: the same loss, contrast term included (it stays
+    per task), and the same gradient."""
+    prefs = {"accuracy": 1.0, "cost": 1.0}
+    passes: list[int] = []
+    score = SharedPrefix.score
+    monkeypatch.setattr(SharedPrefix, "score", lambda self, indices, *a, **k: passes.append(len(indices))
+                        or score(self, indices, *a, **k))
+
+    def step(run_dir, tasks_per_chunk: int) -> tuple[dict, dict]:
+        # prices drawn per task, so that the tasks' errors differ and a contrast taken across tasks would show
+        trainer = counterfactual_trainer(run_dir, steps=1, preferences=prefs, preference_contrast=True,
+                                         price_scale=[0.1, 10.0], price_draw="log_uniform",
+                                         counterfactual={"contrast_weight": 4.0, "tasks_per_chunk": tasks_per_chunk})
+        trainer.optimizer.step = lambda: None  # keep the weights: only the gradient is compared
+        trainer.optimizer.zero_grad = lambda set_to_none=True: None
+        draws = trainer.sampler.next_batch(4)
+        assert len({draw.task.id for draw in draws}) == 4
+        metrics, _ = CounterfactualRecipe(trainer).step(draws)
+        return metrics, {name: p.grad.clone() for name, p in trainer.policy.named_parameters() if p.grad is not None}
+
+    one_metrics, one = step(tmp_path / "one", 1)
+    assert passes == [2, 2, 2, 2]  # a pass per task: its two preferences
+    passes.clear()
+    batched_metrics, batched = step(tmp_path / "three", 3)
+    assert passes == [6, 2]  # three tasks, then the fourth
+    assert one and set(batched) == set(one)
+    for name in one:
+        torch.testing.assert_close(batched[name], one[name], rtol=1e-3, atol=1e-5, msg=name)
+    assert batched_metrics["actor/pg_loss"] == pytest.approx(one_metrics["actor/pg_loss"], rel=1e-4)
+
+
 def test_contrast_weight_adds_the_preference_deviation_term(tmp_path) -> None:
     prefs = {"accuracy": 1.0, "cost": 1.0}
     losses = []

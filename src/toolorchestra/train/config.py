@@ -196,6 +196,15 @@ class CounterfactualConfig(_Strict):
         description="regression with sampler.preference_contrast: weight of each preference's "
         "deviation from the task's mean regression error (1 = plain least squares)",
     )
+    tasks_per_chunk: int = Field(
+        1,
+        ge=1,
+        description="tasks scored in one forward and backward pass when a chunk holds whole tasks "
+        "(sampler.preference_contrast, or several rows per state). 1: each task's question runs once as its own "
+        "prefix, the least compute (a CPU's choice); more: that many tasks' prompts in one batched pass over "
+        "the system message, so a GPU runs a few large passes instead of many small ones. The gradient is the "
+        "same",
+    )
     escalation: EscalationConfig = Field(default_factory=EscalationConfig)
 
 

@@ -385,7 +385,8 @@ class CounterfactualRecipe:
             rows_of_state: dict[int, list[tuple[int, Any]]] = {}
             for row, scored in zip(indices, scores, strict=True):
                 rows_of_state.setdefault(row_state[row], []).append((row, scored))
-            losses, errors_of_chunk = [], []
+            losses: list[Any] = []
+            errors_of_task: dict[str, list[Any]] = {}  # each task's regression errors, one per preference
             for index, rows in rows_of_state.items():
                 # every call's log-prob: its tail plus its row's opening, back in the state's call order
                 order = [member for row, _ in rows for member in row_members[row]]
@@ -409,7 +410,8 @@ class CounterfactualRecipe:
                     route_loss = torch.zeros((), device=label_logp.device) if flat else -(target * log_q).sum()
                 elif section.loss == "regression":
                     error = _regression_error(label_logp, advantages, section.tau)
-                    errors_of_chunk.append(error)  # flat groups still count in the preference contrast
+                    # flat groups still count in the preference contrast
+                    errors_of_task.setdefault(usable[index][0].task.id, []).append(error)
                     route_loss = torch.zeros((), device=label_logp.device) if flat else (error**2).mean()
                 else:
                     route_loss = -(q * advantages).sum()  # A = 0 everywhere for a flat group
@@ -422,14 +424,16 @@ class CounterfactualRecipe:
                     preference_kind(usable[index][0].preference),
                 )
             loss = torch.stack(losses).sum()
-            if config.sampler.preference_contrast and section.contrast_weight != 1.0 and len(errors_of_chunk) > 1:
-                # This chunk is one task under several preferences. Its regression error splits into the part
-                # all preferences share (which labels happen to be right on this question: mostly noise a
-                # small model cannot predict) and each preference's deviation from it (what the stated
-                # preference changes: the signal preference-following needs); contrast_weight scales the latter.
-                stacked = torch.stack(errors_of_chunk)
-                deviation = ((stacked - stacked.mean(0, keepdim=True)) ** 2).mean(-1).sum()
-                loss = loss + (section.contrast_weight - 1.0) * deviation
+            if config.sampler.preference_contrast and section.contrast_weight != 1.0:
+                # A task under several preferences: its regression error splits into the part all preferences
+                # share (which labels happen to be right on this question: mostly noise a small model cannot
+                # predict) and each preference's deviation from it (what the stated preference changes: the
+                # signal preference-following needs); contrast_weight scales the latter.
+                for task_errors in errors_of_task.values():
+                    if len(task_errors) > 1:
+                        stacked = torch.stack(task_errors)
+                        deviation = ((stacked - stacked.mean(0, keepdim=True)) ** 2).mean(-1).sum()
+                        loss = loss + (section.contrast_weight - 1.0) * deviation
             loss = loss / len(usable)
             loss.backward()
             total_loss += float(loss.detach())
@@ -452,7 +456,8 @@ class CounterfactualRecipe:
         backward runs once the caller has back-propagated its chunks. Default: one prefix (the system message)
         for the whole step, ppo_micro_batch_size prompts per chunk. With preference_contrast: the system
         message once, then one child prefix per task (its question), all its preference variants in one chunk
-        (also `by_task` otherwise: a state scored in several rows needs them all in one chunk)."""
+        (also `by_task` otherwise: a state scored in several rows needs them all in one chunk); with
+        counterfactual.tasks_per_chunk > 1, that many whole tasks per chunk over the system message alone."""
         trainer = self.trainer
         pad_id = trainer.rollout.pad_id
         if by_task:
@@ -460,6 +465,16 @@ class CounterfactualRecipe:
             for index, task_id in enumerate(task_ids):
                 groups.setdefault(task_id, []).append(index)
             root = SharedPrefix(trainer.policy, prompts, pad_id, limit=min(limits))  # the system message
+            per_chunk = trainer.config.counterfactual.tasks_per_chunk
+            if per_chunk > 1:
+                # several whole tasks per pass over the system message: each prompt's question runs once per
+                # row, but in one batch, which a GPU prefers to one small pass per task
+                tasks = list(groups.values())
+                for start in range(0, len(tasks), per_chunk):
+                    indices = [index for task in tasks[start : start + per_chunk] for index in task]
+                    yield root, indices, indices
+                root.backward()
+                return
             for indices in groups.values():
                 shared = SharedPrefix(
                     trainer.policy,
