@@ -55,3 +55,18 @@ def test_warm_start_and_a_step_with_an_update_run_on_the_policy_device(tmp_path,
     assert any(not torch.equal(before[name], after[name]) for name in before)
     assert all(param.device.type == device for param in trainer.policy.parameters())
     trainer.close()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_a_gpu_config_on_a_machine_without_one_is_one_clear_error_before_any_loading(tmp_path) -> None:
+    from toolorchestra.backends.local import check_device
+    from toolorchestra.errors import UserError
+
+    config = device_config(tmp_path / "run", "cuda")
+    config.data.env = "no-such-env"  # never reached: the device is checked first
+    with pytest.raises(UserError, match=r"model.device 'cuda': this torch .* set model.device to cpu"):
+        Trainer(config)
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(UserError, match=r"device 'gpu': expected cpu, cuda, cuda:N or mps"):
+        check_device("gpu")
+    check_device("cpu")

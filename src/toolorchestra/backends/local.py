@@ -286,6 +286,25 @@ def cpu_grouped_attention() -> str:
     return CPU_ATTENTION
 
 
+def check_device(device: str, field: str = "device") -> None:
+    """Refuse, in one line naming `field`, a device this torch cannot use: a GPU config on a machine without
+    one (torch would fail deep inside the first `.to`), or a name torch does not know."""
+    import torch
+
+    try:
+        kind = torch.device(device).type
+    except (RuntimeError, ValueError):
+        raise UserError(f"{field} {device!r}: expected cpu, cuda, cuda:N or mps") from None
+    if kind == "cuda" and not torch.cuda.is_available():
+        why = "was built without CUDA" if torch.version.cuda is None else "sees no CUDA device"
+        raise UserError(
+            f"{field} {device!r}: this torch ({torch.__version__}) {why}; set {field} to cpu, "
+            "or run on a machine with a GPU and a CUDA build of torch"
+        )
+    if kind == "mps" and not torch.backends.mps.is_available():
+        raise UserError(f"{field} {device!r}: this machine has no MPS device; set {field} to cpu")
+
+
 def load_hf_model(
     path: str = DEFAULT_MODEL, dtype: str = "float32", device: str = "cpu", gguf_file: str | None = None
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
@@ -294,6 +313,7 @@ def load_hf_model(
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    check_device(str(device))
     model_dir = resolve_model_dir(path, gguf_file)
     torch_dtype: Any = "auto" if dtype == "auto" else getattr(torch, dtype, None)
     if torch_dtype is None:

@@ -197,6 +197,10 @@ class Trainer:
         import torch
 
         self.config = config
+        if model is None:  # before the env and profiles load, so a GPU config on a CPU machine fails at once
+            from toolorchestra.backends.local import check_device
+
+            check_device(config.model.device, "model.device")
         if config.trainer.torch_threads:
             torch.set_num_threads(config.trainer.torch_threads)
         random.seed(config.seed)
