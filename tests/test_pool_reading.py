@@ -119,6 +119,21 @@ def test_eval_label_options(world, tmp_path):
     with pytest.raises(UserError, match="replay worlds"):
         run_eval(EvalRequest(env="toolscale:bank", policy="gold", out=tmp_path / "c", progress=False,
                              rename_labels=1, limit=1))
+    shuffled = run_eval(EvalRequest(env=env_name, policy="single:alpha", out=tmp_path / "d", progress=False,
+                                    shuffle_labels=2))
+    assert shuffled["accuracy"] == base["accuracy"] and shuffled["shuffle_labels"] == 2
+
+
+def test_shuffled_labels_change_only_the_order_of_the_rows(world):
+    env = DirectoryWorldEnv(world)
+    answer = next(tool for tool in env.tools_for(env.tasks("test")[0]) if tool.name == "answer")
+    before = list(answer.labels.items())
+    env.reorder_labels(list(reversed(env.models())))
+    answer = next(tool for tool in env.tools_for(env.tasks("test")[0]) if tool.name == "answer")
+    assert list(answer.labels.items()) == list(reversed(before))  # the same label for each model, rows reversed
+    assert [row["model"] for row in answer.price_rows()] == list(reversed(env.models()))
+    with pytest.raises(UserError, match="name every model once"):
+        env.reorder_labels(env.models()[:1])
 
 
 def test_profile_command_writes_what_eval_reads(world, tmp_path):

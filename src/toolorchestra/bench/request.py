@@ -60,6 +60,7 @@ class EvalRequest:
     hold_out_models: list[str] | None = None  # --hold-out-models: models training never offered (reported)
     profiles: str = "auto"  # --profiles: auto | train | none | FILE (the labels' capability profiles in the prompt)
     rename_labels: int | None = None  # --rename-labels SEED: every model offered under a random label
+    shuffle_labels: int | None = None  # --shuffle-labels SEED: the labels offered in a random order
     context: str = "auto"  # --context: paper (rebuilt per turn, agent/paper.py) | history; auto: paper on live worlds
 
     def context_mode(self) -> str:
@@ -87,6 +88,8 @@ class EvalRequest:
             fields["hold_out_models"] = list(self.hold_out_models)
         if self.rename_labels is not None:
             fields["rename_labels"] = self.rename_labels
+        if self.shuffle_labels is not None:
+            fields["shuffle_labels"] = self.shuffle_labels
         shown = self.shown_profiles()
         if shown != "none":
             fields["profiles"] = shown
@@ -134,20 +137,25 @@ def build_env(request: EvalRequest) -> Env:
 
 
 def _apply_label_options(env: Env, request: EvalRequest) -> None:
-    """--rename-labels SEED and --profiles: what the orchestrator's price table shows about each label."""
+    """--rename-labels SEED, --shuffle-labels SEED and --profiles: what the orchestrator's price table shows
+    about each label, and in which order."""
     shown = request.shown_profiles()
-    if request.rename_labels is None and shown == "none":
+    if request.rename_labels is None and request.shuffle_labels is None and shown == "none":
         return
+    import random
+
     from toolorchestra.envs.replay.base import ReplayEnv
 
     if not isinstance(env, ReplayEnv):
-        raise UserError(f"--rename-labels/--profiles apply to replay worlds, not to {env.name}")
+        raise UserError(f"--rename-labels/--shuffle-labels/--profiles apply to replay worlds, not to {env.name}")
     if request.rename_labels is not None:
-        import random
-
         from toolorchestra.tools.llm import random_labels
 
         env.relabel(random_labels(env.models(), random.Random(request.rename_labels)))
+    if request.shuffle_labels is not None:
+        order = env.models()
+        random.Random(request.shuffle_labels).shuffle(order)
+        env.reorder_labels(order)
     if shown == "train":
         from toolorchestra.envs.replay.profiles import measure_profiles
 

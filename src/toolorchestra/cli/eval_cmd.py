@@ -128,6 +128,12 @@ def eval_command(
         "--rename-labels",
         help="replay: offer every model under a random label drawn with this seed (the renamed-labels test).",
     ),
+    shuffle_labels: int | None = typer.Option(
+        None,
+        "--shuffle-labels",
+        help="replay: offer the labels in a random order drawn with this seed, in the tools and the price table "
+        "(does a decision follow a row's position?).",
+    ),
     delay: float = typer.Option(
         0.0,
         "--delay",
@@ -240,6 +246,7 @@ def eval_command(
         hold_out_models=_names(hold_out_models),
         profiles=profiles,
         rename_labels=rename_labels,
+        shuffle_labels=shuffle_labels,
         context=context,
     )
     metrics = run_eval(request)

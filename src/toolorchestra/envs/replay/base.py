@@ -194,6 +194,14 @@ class ReplayEnv(Env):
         self._label_of = relabelled
         self._build_pool(list(self.specs.values()))
 
+    def reorder_labels(self, models: list[str]) -> None:
+        """Offer the labels in the order of `models` (in the tools' label lists and the price table), e.g. a
+        shuffled order to test that a decision does not follow a row's position."""
+        if sorted(models) != sorted(self._label_of):
+            raise UserError(f"{self.name}: a label order must name every model once: {sorted(self._label_of)}")
+        self._label_of = {model: self._label_of[model] for model in models}
+        self._build_pool(list(self.specs.values()))
+
     # --- the Env interface -------------------------------------------------------------------
     def tasks(self, split: str) -> list[Task]:
         if split not in self.data.tasks:
