@@ -74,7 +74,16 @@ def build_trainer(args: argparse.Namespace) -> Any:
     config.trainer.default_local_dir = tempfile.mkdtemp(prefix="counterfactual-chunks-")
     model = tokenizer = None
     if args.random_init:
+        from pathlib import Path
+
         from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+        from toolorchestra.backends.local import check_device
+        from toolorchestra.errors import UserError
+
+        if not (Path(args.random_init) / "config.json").is_file():
+            raise UserError(f"--random-init {args.random_init}: expected a model dir with config.json and a tokenizer")
+        check_device(args.device, "--device")
 
         config.model.init_checkpoint = None  # an adapter trained on other weights means nothing here
         tokenizer = AutoTokenizer.from_pretrained(args.random_init)
@@ -122,4 +131,9 @@ def report(
 
 
 if __name__ == "__main__":
-    main()
+    from toolorchestra.errors import UserError
+
+    try:
+        main()
+    except UserError as error:  # a device this machine lacks, a missing model dir: one line, not a traceback
+        raise SystemExit(f"error: {error}") from None
