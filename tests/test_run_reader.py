@@ -78,6 +78,31 @@ def test_the_reader_answers_with_the_label_its_price_and_profile_favour(tmp_path
     assert (len(servers["strong"].requests), len(servers["weak"].requests)) == (1, 1)
 
 
+def test_the_default_policy_reads_a_profiled_pool_and_leaves_the_rest_to_the_orchestrator(tmp_path, servers):
+    """`--policy auto` (the default of `run` and `serve`): the reader when the answer labels all carry profiles,
+    the catalog's orchestrator model otherwise, and the embedded pool is never read as a pool."""
+    from toolorchestra.bench.policies import live_reader, reads_its_pool
+    from toolorchestra.catalog import default_catalog, load_catalog
+
+    path = catalog(tmp_path, servers, {"strong": 1.0, "weak": 0.01})
+    model, _ = answered(run("Capital of France?", "--config", str(path), "--prefer", "cost", "--json"))
+    assert model == "weak"
+    result = run("Capital of France?", "--config", str(path), "--prefer", "accuracy")
+    assert result.returncode == 0 and "policy: reader (auto)" in result.stdout and "Paris (strong)" in result.stdout
+    result = run("q", "--config", str(path), "--max-budget", "0.01")
+    assert result.returncode != 0 and "chosen by --policy auto" in result.stderr and "Traceback" not in result.stderr
+    assert (len(servers["strong"].requests), len(servers["weak"].requests)) == (1, 1)
+
+    profiled = load_catalog(path)
+    assert reads_its_pool(profiled) and live_reader(profiled, "auto", None, None, None)[1] is not None
+    one_unprofiled = profiled.model_copy(
+        update={"models": [m.model_copy(update={"profile": None}) if m.name == "strong" else m
+                           for m in profiled.models]})
+    assert not reads_its_pool(one_unprofiled)
+    assert live_reader(one_unprofiled, "auto", None, None, None) == (one_unprofiled, None)
+    assert not reads_its_pool(default_catalog()) and live_reader(default_catalog(), "auto", None, None, None)[1] is None
+
+
 def test_a_price_change_moves_the_answer_with_no_name_involved(tmp_path, servers):
     # The same pool with the strong model now the cheaper one: under "cost" the reader follows the price.
     cheap = catalog(tmp_path, servers, {"strong": 0.01, "weak": 1.0})
@@ -112,7 +137,11 @@ def test_what_the_reader_cannot_read_is_one_clear_line(tmp_path, servers):
     assert result.returncode != 0 and "--policy 'readr'" in result.stderr and "Traceback" not in result.stderr
     result = run("q", "--config", str(typed), "--policy", "reader", "--calibration", "replay:nowhere")
     assert result.returncode != 0 and "--calibration 'replay:nowhere'" in result.stderr
+    result = run("q", "--config", str(typed), "--policy", "orchestrator", "--calibration", "replay:routerbench")
+    assert result.returncode != 0 and "--calibration" in result.stderr and "Traceback" not in result.stderr
+    # A calibration world whose task types are not the profiles' would weigh the labels on types never measured.
     result = run("q", "--config", str(typed), "--calibration", "replay:routerbench")
+    assert result.returncode != 0 and "['math', 'qa']" in result.stderr and "arc-challenge" in result.stderr
     assert result.returncode != 0 and "--calibration" in result.stderr and "Traceback" not in result.stderr
     result = run("q", "--config", str(typed), "--policy", "reader", "--max-budget", "0.001")
     assert result.returncode != 0 and "--max-budget" in result.stderr and "Traceback" not in result.stderr
@@ -173,8 +202,9 @@ def test_serve_answers_as_the_reader_and_refuses_a_pool_it_cannot_read(tmp_path,
     import openai
 
     path = catalog(tmp_path, servers, {"strong": 1.0, "weak": 0.01})
+    # no --policy: the default (auto) serves the reader over a pool whose answer labels all carry profiles
     process = subprocess.Popen([str(BIN / "toolorchestra"), "serve", "--config", str(path), "--port", "0",
-                                "--policy", "reader", "--prefer", "cost"],
+                                "--prefer", "cost"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         banner = process.stdout.readline()

@@ -457,6 +457,7 @@ class ReaderPolicy(Policy):
         # A live question (env None) is a user's: its vector is not written to the on-disk cache.
         self.reader = QuestionReader(model, keep_questions=env is not None)
         self._calibrated = False
+        self._calibration_types: list[str] = []
         self._posteriors: dict[str, dict[str, float]] = {}
         self._reading = threading.Lock()  # one reader pass at a time (episodes read unprepared questions in threads)
         self._tables: dict[tuple[tuple[str, int], ...], PlanTable] = {}
@@ -482,6 +483,7 @@ class ReaderPolicy(Policy):
         if len({task.subtask for task in sample}) < 2:
             return False
         self.reader.calibrate([question_text(task) for task in sample], [str(task.subtask) for task in sample])
+        self._calibration_types = sorted({str(task.subtask) for task in sample})
         self._calibrated = True
         return True
 
@@ -551,6 +553,15 @@ class ReaderPolicy(Policy):
             with self._reading:
                 if not self._calibrate():
                     raise UserError(self._no_calibration(types))
+            unplaced = sorted(set(types) - set(self._calibration_types))
+            if unplaced and self.calibration is not None:
+                # a question is placed only among the calibration world's types: a profile's other types would
+                # never be read, and its labels would be weighed on types they were not measured on
+                raise UserError(
+                    f"--policy {self.name}: the profiles measure task types {unplaced} that the calibration world "
+                    f"{self.calibration.name!r} does not have (it has {self._calibration_types}); pass "
+                    "--calibration ENV, the replay world the profiles were measured on"
+                )
 
     def _no_calibration(self, types: list[str]) -> str:
         if self.calibration is None:
@@ -578,10 +589,14 @@ def live_reader(
     """`--policy` of `run` and `serve` over a live catalog: `orchestrator` gives the catalog and no reader;
     `reader[:MODEL]` gives the catalog with `profiles` (a file `toolorchestra profile` wrote) in place of its
     models' `profile:`, and the reader under `prefer`, with `calibration` (the replay world the profiles were
-    measured on; by default the one their `measured_on` names) to place questions among their task types."""
+    measured on; by default the one their `measured_on` names) to place questions among their task types.
+    `auto` (the default) is the reader when `profiles` or `calibration` is given or `reads_its_pool(catalog)`,
+    and the orchestrator otherwise."""
     from toolorchestra.envs.registry import make_env
     from toolorchestra.envs.replay.profiles import read_profiles
 
+    if spec == AUTO_POLICY:
+        spec = "reader" if calibration or profiles or reads_its_pool(catalog) else "orchestrator"
     kind, _, model = spec.partition(":")
     if spec == "orchestrator":
         if calibration or profiles:
@@ -612,6 +627,20 @@ def live_reader(
             ) from None
         raise UserError(str(exc).replace("--env ", "--calibration ", 1)) from None
     return catalog, ReaderPolicy(spec, None, preference, model or DEFAULT_READER, calibration=world)
+
+
+AUTO_POLICY = "auto"
+"""The default `--policy` of `run` and `serve`: the reader over a pool it can read, else the catalog's
+orchestrator model."""
+
+
+def reads_its_pool(catalog: Catalog, tool_name: str = "answer") -> bool:
+    """Whether the catalog offers the reader a choice it can weigh: two or more answer labels, every one of them a
+    model with a capability profile. (The embedded pool's answer tool offers no labels: its orchestrator answers.)"""
+    tool = next((tool for tool in catalog.tools if tool.name == tool_name), None)
+    names = list((tool.models or {}).values()) if tool is not None else []
+    profiled = {entry.name for entry in catalog.models if entry.profile is not None}
+    return len(names) >= 2 and all(name in profiled for name in names)
 
 
 def measured_on(catalog: Catalog, tool_name: str = "answer") -> str | None:

@@ -5,11 +5,16 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from toolorchestra.agent.trajectory import Step, Trajectory
 from toolorchestra.errors import UserError
+
+if TYPE_CHECKING:  # only for annotations: the catalog and the reader load with the command, not the CLI
+    from toolorchestra.bench.policies import ReaderPolicy
+    from toolorchestra.catalog.schema import Catalog
 
 
 def register(app: typer.Typer) -> None:
@@ -35,11 +40,13 @@ def run(
     save: Path | None = typer.Option(None, "--save", help="Append the trajectory to this JSONL file."),
     as_json: bool = typer.Option(False, "--json", help="Print the trajectory as JSON instead of the step view."),
     policy: str = typer.Option(
-        "orchestrator",
+        "auto",
         "--policy",
-        help="orchestrator: the catalog's orchestrator model writes the calls | reader[:MODEL]: the answer goes "
-        "to the label whose price and profile (the catalog's `profile:`) give the highest expected reward under "
-        "--prefer, whatever its name (agent/reader.py); MODEL reads the question (default smollm2-135m).",
+        help="auto: the reader when the catalog's answer tool offers two or more labels that all carry a "
+        "`profile:` (or --profiles is given), else the orchestrator | orchestrator: the catalog's orchestrator "
+        "model writes the calls | reader[:MODEL]: the answer goes to the label whose price and profile give the "
+        "highest expected reward under --prefer, whatever its name (agent/reader.py); MODEL reads the question "
+        "(default smollm2-135m).",
     ),
     calibration: str | None = typer.Option(
         None,
@@ -55,16 +62,24 @@ def run(
     ),
 ) -> None:
     """Answer QUESTION with an orchestrator that calls tools and other models; print each step's tokens and dollars."""
-    if policy != "orchestrator" and (max_budget is not None or temperature > 0):
+    from toolorchestra.bench.policies import live_reader
+    from toolorchestra.catalog import default_catalog, load_catalog
+
+    catalog = load_catalog(config) if config else default_catalog(corpus)
+    catalog, reader = live_reader(catalog, policy, prefer, calibration, profiles)
+    if reader is not None and (max_budget is not None or temperature > 0):
         # the reader follows its plan (at most three priced calls) and samples nothing: a cap or temperature it
         # ignored would mislead
-        raise UserError("--max-budget and --temperature are read by --policy orchestrator only")
+        chosen = " (chosen by --policy auto: the answer labels all carry profiles)" if policy == "auto" else ""
+        raise UserError(f"--max-budget and --temperature are read by --policy orchestrator only{chosen}")
     if save:
         save.open("a", encoding="utf-8").close()  # a file that cannot be written fails before any call is paid
-    if policy != "orchestrator" or calibration or profiles:
-        trajectory = asyncio.run(_run_reader(question, config, prefer, corpus, policy, calibration, profiles, as_json))
+    if not as_json and policy == "auto":
+        _console().print(f"[dim]policy: {'reader' if reader else 'orchestrator'} (auto)[/]")
+    if reader is not None:
+        trajectory = asyncio.run(_run_reader(question, catalog, reader, as_json))
     else:
-        trajectory = asyncio.run(_run(question, config, prefer, max_turns, max_budget, temperature, corpus, as_json))
+        trajectory = asyncio.run(_run(question, catalog, prefer, max_turns, max_budget, temperature, as_json))
     if save:
         from toolorchestra.agent.trajectory import write_trajectory
 
@@ -89,22 +104,19 @@ def _exit_if_failed(trajectory: Trajectory) -> None:
 
 async def _run(
     question: str,
-    config: Path | None,
+    catalog: Catalog,
     prefer: str | None,
     max_turns: int,
     max_budget: float | None,
     temperature: float,
-    corpus: Path | None,
     quiet: bool,
 ) -> Trajectory:
     from toolorchestra.agent.loop import Orchestrator
     from toolorchestra.agent.preference import Preference
     from toolorchestra.backends.pool import ModelPool
-    from toolorchestra.catalog import default_catalog, load_catalog
     from toolorchestra.envs.base import Task
     from toolorchestra.tools.factory import build_tools
 
-    catalog = load_catalog(config) if config else default_catalog(corpus)
     pool = ModelPool(catalog.models)
     tools = build_tools(catalog.tools, pool)
     local_tools = [s.name for s in catalog.tools if s.type in ("python", "search")]
@@ -126,27 +138,13 @@ async def _run(
         await pool.aclose()
 
 
-async def _run_reader(
-    question: str,
-    config: Path | None,
-    prefer: str | None,
-    corpus: Path | None,
-    policy: str,
-    calibration: str | None,
-    profiles: Path | None,
-    quiet: bool,
-) -> Trajectory:
+async def _run_reader(question: str, catalog: Catalog, reader: ReaderPolicy, quiet: bool) -> Trajectory:
     """One episode of the reader over the catalog's answer labels: it places the question among the profiles'
     task types (with --calibration), weighs each label's expected reward, and answers with the best one."""
     from toolorchestra.backends.pool import ModelPool
-    from toolorchestra.bench.policies import live_reader
-    from toolorchestra.catalog import default_catalog, load_catalog
     from toolorchestra.envs.base import Task
     from toolorchestra.tools.factory import build_tools
 
-    catalog = load_catalog(config) if config else default_catalog(corpus)
-    catalog, reader = live_reader(catalog, policy, prefer, calibration, profiles)
-    assert reader is not None  # --policy orchestrator without reader options runs _run
     pool = ModelPool(catalog.models)
     try:
         tools = build_tools(catalog.tools, pool)

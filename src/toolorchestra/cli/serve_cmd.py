@@ -70,11 +70,12 @@ def serve(
         help="Requests waiting beyond --max-concurrency; more are answered 429 with Retry-After.",
     ),
     policy: str = typer.Option(
-        "orchestrator",
+        "auto",
         "--policy",
-        help="orchestrator: serve the catalog's orchestrator | reader[:MODEL]: serve `orchestrator:reader` "
-        "too, which answers with the label whose price and profile give the highest expected reward "
-        "(as `run --policy reader`).",
+        help="auto: as reader when the catalog's answer tool offers two or more labels that all carry a "
+        "`profile:` (or --profiles is given), else as orchestrator | orchestrator: serve the catalog's "
+        "orchestrator | reader[:MODEL]: serve `orchestrator:reader` too, which answers with the label whose "
+        "price and profile give the highest expected reward (as `run --policy reader`).",
     ),
     calibration: str | None = typer.Option(
         None,
@@ -99,12 +100,12 @@ def serve(
         raise UserError(f"--trajectories {trajectories}: folder {trajectories.parent} does not exist")
     build_app, listen_socket, serve_forever = _web_modules()
     catalog = load_catalog(config) if config else default_catalog(corpus)
-    if policy != "orchestrator" or calibration or profiles:
+    if policy == "orchestrator" and not (calibration or profiles):
+        reader = None  # without loading the reader's module (numpy and the policies) for nothing
+    else:
         from toolorchestra.bench.policies import live_reader
 
         catalog, reader = live_reader(catalog, policy, prefer, calibration, profiles)
-    else:
-        reader = None
     limits = ServeLimits(
         max_body_bytes=max_body_bytes,
         max_json_depth=max_json_depth,
