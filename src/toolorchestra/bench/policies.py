@@ -541,7 +541,10 @@ class ReaderPolicy(Policy):
 
         key = tuple((offer.label, id(offer.profile)) for offer in pool)
         if key not in self._tables:
-            types = {task.id: task.subtask or UNTYPED for task in self._train_tasks()}
+            # The profiles' outcomes are grouped by their questions' types. They are measured on train; profiles
+            # measured on test itself (the hindsight ceiling of docs/results.md) are grouped by test's types.
+            tasks = self._train_tasks() + self._split_tasks("test")
+            types = {task.id: task.subtask or UNTYPED for task in tasks}
             self._tables[key] = PlanTable(pool, types)
         return self._tables[key]
 
@@ -575,11 +578,14 @@ class ReaderPolicy(Policy):
         )
 
     def _train_tasks(self) -> list[Task]:
+        return self._split_tasks("train")
+
+    def _split_tasks(self, split: str) -> list[Task]:
         if self.calibration is None:
             return []
         try:
-            return self.calibration.tasks("train")
-        except UserError:  # an env without a train split
+            return self.calibration.tasks(split)
+        except UserError:  # an env without that split
             return []
 
 
