@@ -289,3 +289,21 @@ def test_profiles_measured_on_different_questions_leave_single_label_decisions()
     assert all_outcomes([with_outcomes("a", range(5)), with_outcomes("b", range(3, 8))])
     assert not all_outcomes([with_outcomes("a", range(5)), with_outcomes("b", range(5, 9))])  # no question shared
     assert not all_outcomes([with_outcomes("a", range(5)), offer("b", 0.001, 0.5, 0.5)])  # b has no outcomes
+
+
+def test_profiles_measured_on_test_are_grouped_by_the_test_questions_types(tmp_path):
+    """The hindsight ceiling (docs/results.md): profiles measured on the test split itself. Their questions are
+    grouped by type as train's are; pooled untyped, the reader would judge every plan over both types at once and
+    send the sums to the generalist (4 in 5 right) instead of mathy (every sum right)."""
+    from toolorchestra.envs.replay.profiles import measure_profiles, write_profiles
+
+    root = write_typed_world(tmp_path / "world")
+    env = DirectoryWorldEnv(root)
+    hindsight = tmp_path / "test-profiles.yaml"
+    write_profiles(measure_profiles(env, "test", per_subset=None), hindsight, "the test split (hindsight)")
+    metrics = run_eval(EvalRequest(env=f"replay:{root}", policy="reader", prefer="accuracy", out=tmp_path / "out",
+                                   progress=False, profiles=str(hindsight)))
+    episodes = [json.loads(line) for line in (tmp_path / "out" / "trajectories.jsonl").read_text().splitlines()]
+    expected = {task.id: "mathy" if task.subtask == "algebra" else "histo" for task in env.tasks("test")}
+    assert {episode["task_id"]: episode["answered_by"] for episode in episodes} == expected
+    assert metrics["accuracy"] == 1.0 and metrics["profiles"] == str(hindsight)
