@@ -239,3 +239,139 @@ def test_task_ids_from_a_file(tmp_path: Path) -> None:
     empty = cli("eval", "--env", "replay:routerbench", "--policy", "random", "--task-ids", f"@{tmp_path}/empty.txt",
                 "--out", str(tmp_path / "run3"), "--no-progress")
     assert "lists no task ids" in one_error_line(empty)
+
+
+# --- report and export-results over a metrics.json that is not an eval's ------------------------------
+@pytest.mark.parametrize(("content", "expected"), [
+    ("[1, 2]", "(a JSON object), got an array"),
+    ('{"policy": "random", "n": 2, "accuracy": "high", "cost_per_task_usd": 0}',
+     "field 'accuracy': Input should be a valid number, unable to parse string as a number, got 'high'"),
+    ('{"kind": "sweep", "sweep": [{"policy": "router:0", "accuracy": 0.5}]}',
+     "field 'sweep.0.cost_per_task_usd': Field required"),
+    ('{"n": 2,\n', ":2: not valid JSON: Expecting property name enclosed in double quotes (column 1)"),
+    ("", "empty file"),
+])
+def test_report_and_export_name_the_field_of_a_bad_metrics_json(
+        finished_run: tuple[Path, list[str]], tmp_path: Path, content: str, expected: str) -> None:
+    out, _ = finished_run
+    (out / "metrics.json").write_text(content)
+    for command in ("report", "export-results"):
+        target = tmp_path / f"{command}-out"
+        result = cli(command, str(out), "--out", str(target))
+        assert result.returncode == 2
+        message = one_error_line(result)
+        assert f"error: {out / 'metrics.json'}" in message and expected in message
+        assert not target.exists()
+
+
+def test_eval_names_a_torn_run_json_instead_of_calling_it_another_run(
+        finished_run: tuple[Path, list[str]]) -> None:
+    out, args = finished_run
+    (out / "run.json").write_text('{"env": ')
+    result = cli(*args)
+    assert result.returncode == 2
+    message = one_error_line(result)
+    assert f"{out / 'run.json'}:1: not valid JSON: Expecting value (column 9); expected the manifest of the run " \
+        f"in --out {out}" in message
+    assert "different run" not in message
+
+
+# --- export-orchestrator ------------------------------------------------------------------------------
+def test_export_orchestrator_never_replaces_a_folder_it_did_not_write(tmp_path: Path) -> None:
+    """An --out holding anything but a previous export (here an eval run given by mistake) is refused before the
+    model loads; before, the folder was deleted and replaced by the adapter."""
+    checkpoint = tmp_path / "step_1"
+    checkpoint.mkdir()
+    (checkpoint / "state.json").write_text("{}")
+    kept = tmp_path / "eval-run"
+    kept.mkdir()
+    (kept / "metrics.json").write_text("{}")
+    result = cli("export-orchestrator", str(checkpoint), "--out", str(kept))
+    assert result.returncode == 2
+    assert f"error: --out {kept}: holds metrics.json, so it is not a previous export" in one_error_line(result)
+    assert [path.name for path in kept.iterdir()] == ["metrics.json"]
+    result = cli("export-orchestrator", str(checkpoint), "--out", str(kept / "metrics.json"))
+    assert f"--out {kept / 'metrics.json'}: is a file" in one_error_line(result)
+
+
+def test_export_orchestrator_names_a_torn_or_edited_state_json(tmp_path: Path) -> None:
+    checkpoint = tmp_path / "step_1"
+    checkpoint.mkdir()
+    state = checkpoint / "state.json"
+    for content, expected in [
+        ('{"step": ', f"{state}:1: not valid JSON: Expecting value (column 10); expected a training checkpoint's"),
+        ('{"step": "1", "config": {}}', f"{state}: field 'step': expected an integer, got '1'"),
+    ]:
+        state.write_text(content)
+        result = cli("export-orchestrator", str(checkpoint), "--out", str(tmp_path / "out"))
+        assert result.returncode == 2
+        assert expected in one_error_line(result)
+    state.write_text('{"step": 1, "config": {"model": {"lora_rank": "x"}}}')
+    result = cli("export-orchestrator", str(checkpoint), "--out", str(tmp_path / "out"))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert f"error: {state} (field config): invalid configuration\n  field model.lora_rank: Input should be a " \
+        "valid integer" in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+# --- train ---------------------------------------------------------------------------------------------
+def test_train_refuses_an_empty_config_instead_of_training_on_defaults(tmp_path: Path) -> None:
+    empty = tmp_path / "train.yaml"
+    empty.write_text("# nothing yet\n")
+    result = cli("train", "--config", str(empty), "--run-dir", str(tmp_path / "run"))
+    assert result.returncode == 2
+    assert f"error: {empty}: empty file; expected a training config" in one_error_line(result)
+    assert not (tmp_path / "run").exists()
+
+
+def test_train_refuses_a_run_dir_holding_another_run_without_resume(tmp_path: Path) -> None:
+    from conftest import REPO
+
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints" / "step_20").mkdir(parents=True)
+    (run_dir / "checkpoints" / "step_20" / "state.json").write_text('{"step": 20}')
+    (run_dir / "metrics.jsonl").write_text('{"step": 20}\n')
+    before = sorted(str(path) for path in run_dir.rglob("*"))
+    result = cli("train", "--config", str(REPO / "configs" / "train" / "frames-counterfactual.yaml"),
+                 "--run-dir", str(run_dir), "--steps", "1")
+    assert result.returncode == 2
+    assert f"error: --run-dir {run_dir}: holds a previous run (checkpoints up to step_20, metrics.jsonl); pass " \
+        "--resume to continue it" in one_error_line(result)
+    assert sorted(str(path) for path in run_dir.rglob("*")) == before
+    assert (run_dir / "metrics.jsonl").read_text() == '{"step": 20}\n'
+
+
+# --- paths and options in the wrong place ------------------------------------------------------------------
+def test_a_file_where_a_folder_goes_or_the_reverse_says_what_was_expected(tmp_path: Path) -> None:
+    world = write_world(tmp_path / "world")
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("mine\n")
+    args = ["eval", "--env", f"replay:{world}", "--policy", "random", "--no-progress"]
+    result = cli(*args, "--out", str(a_file))
+    assert f"error: {a_file}: is a file; expected a folder there" in one_error_line(result)
+    result = cli(*args, "--out", str(a_file / "run"))
+    assert f"error: {a_file / 'run'}: Not a directory (a part of this path is a file; expected a folder there)" \
+        in one_error_line(result)
+    result = cli("run", "hi", "--save", str(tmp_path))
+    assert f"error: {tmp_path}: Is a directory (expected a file, not a folder)" in one_error_line(result)
+    assert result.returncode == 2 and a_file.read_text() == "mine\n"
+
+
+def test_eval_profiles_that_is_neither_a_keyword_nor_a_file(tmp_path: Path) -> None:
+    world = write_world(tmp_path / "world")
+    result = cli("eval", "--env", f"replay:{world}", "--policy", "reader", "--profiles", "trian",
+                 "--out", str(tmp_path / "run"), "--no-progress")
+    assert result.returncode == 2
+    assert "error: --profiles 'trian': file not found; expected auto, train, none, or a file `toolorchestra " \
+        "profile` wrote" in one_error_line(result)
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("option", ["--num-trials", "--max-steps", "--user-max-tokens"])
+def test_eval_refuses_a_zero_count(tmp_path: Path, option: str) -> None:
+    world = write_world(tmp_path / "world")
+    result = cli("eval", "--env", f"replay:{world}", "--policy", "random", option, "0",
+                 "--out", str(tmp_path / "run"), "--no-progress")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert f"Invalid value for '{option}'" in result.stderr
+    assert not (tmp_path / "run").exists()

@@ -9,6 +9,7 @@ so a line longer than the limit is refused after reading at most limit + 1 bytes
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -82,6 +83,37 @@ def read_text_file(path: Path | str, what: str = "a UTF-8 text file", limit: int
         raise UserError(
             f"{path}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); expected {what}"
         ) from None
+
+
+def read_json_object(path: Path | str, expected: str, limit: int = MAX_TEXT_FILE_BYTES) -> dict[str, Any]:
+    """The JSON object in a small file the tool wrote earlier (metrics.json, run.json, a checkpoint's
+    state.json), which a user may have edited, truncated or replaced; every failure is a UserError naming the
+    file, the line and column where JSON stopped parsing, and `expected` (what the file should be)."""
+    path = Path(path)
+    if not path.exists():
+        raise UserError(f"{path}: file not found (expected {expected})")
+    if not path.is_file():
+        raise UserError(f"{path}: not a file (expected {expected})")
+    text = read_text_file(path, expected, limit)
+    if not text.strip():
+        raise UserError(f"{path}: empty file (expected {expected})")
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        where, problem = f"{path}:{exc.lineno}", f"not valid JSON: {exc.msg} (column {exc.colno})"
+        raise UserError(f"{where}: {problem}; expected {expected}") from None
+    except (RecursionError, ValueError) as exc:  # nested too deeply, or an integer of thousands of digits
+        problem = str(exc)[:200] or "nested too deeply"
+        raise UserError(f"{path}: not usable JSON ({problem}); expected {expected}") from None
+    if not isinstance(value, dict):
+        raise UserError(f"{path}: expected {expected} (a JSON object), got {json_type(value)}")
+    return value
+
+
+def json_type(value: object) -> str:
+    """A parsed JSON value's type in JSON's own words (a user reads 'array', not 'list')."""
+    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null"}
+    return names.get(type(value), "a number")
 
 
 def format_validation_error(path: Path | str, error: ValidationError) -> str:

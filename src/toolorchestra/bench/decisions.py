@@ -142,7 +142,9 @@ def decisions_from_dir(eval_dir: Path) -> list[Path]:
     metrics_path = eval_dir / "metrics.json"
     if not metrics_path.exists() or not (eval_dir / "trajectories.jsonl").exists():
         raise UserError(f"{eval_dir}: needs metrics.json and trajectories.jsonl to rebuild {DECISIONS}")
-    metrics = json.loads(metrics_path.read_text())
+    from toolorchestra.bench.metrics_file import read_metrics
+
+    metrics = read_metrics(metrics_path)
     sweep = metrics.get("kind") == "sweep"
     entries = metrics["sweep"] if sweep else [metrics]
     header = {**metrics, **_manifest(eval_dir)}

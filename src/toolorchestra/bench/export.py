@@ -36,6 +36,7 @@ from toolorchestra.bench.decisions import (
     safe_name,
     write_decisions,
 )
+from toolorchestra.bench.metrics_file import read_metrics
 from toolorchestra.errors import UserError
 
 METRICS = "metrics.json"
@@ -63,10 +64,7 @@ class Unit:
 def load_units(eval_dir: Path) -> list[Unit]:
     """The policies an eval dir holds (a sweep: one per threshold), with their decisions files."""
     metrics_path = eval_dir / METRICS
-    try:
-        metrics = json.loads(metrics_path.read_text())
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{metrics_path}: not valid JSON: {exc}") from None
+    metrics = read_metrics(metrics_path)
     if "by_preference" in metrics:
         raise UserError(f"{eval_dir}: already an exported results dir (by_preference); export eval dirs")
     sweep = metrics.get("kind") == "sweep"
@@ -75,10 +73,8 @@ def load_units(eval_dir: Path) -> list[Unit]:
         entries = [
             {**header, **entry, "policy": entry["policy"], "spec": metrics.get("spec")} for entry in metrics["sweep"]
         ]
-    elif "accuracy" in metrics:
+    else:  # one policy's metrics (read_metrics allows no other shape)
         entries = [metrics]
-    else:
-        raise UserError(f"{metrics_path}: expected eval metrics (accuracy, cost_usd, ...) or a sweep")
     paths = [eval_dir / decisions_file(str(entry["policy"]), sweep) for entry in entries]
     if not all(path.exists() for path in paths):
         decisions_from_dir(eval_dir)

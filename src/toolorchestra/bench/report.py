@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from toolorchestra.bench.metrics_file import read_metrics
 from toolorchestra.errors import UserError
 
 ZERO_COST_SHIFT = 4.0  # free runs are drawn this many times left of the cheapest paid run (log axis)
@@ -105,10 +106,7 @@ def find_metric_files(paths: Sequence[Path]) -> list[Path]:
 def load_runs(paths: Sequence[Path]) -> list[Run]:
     runs: list[Run] = []
     for metrics_path in find_metric_files(paths):
-        try:
-            metrics = json.loads(metrics_path.read_text())
-        except json.JSONDecodeError as exc:
-            raise UserError(f"{metrics_path}: not valid JSON: {exc}") from None
+        metrics = read_metrics(metrics_path)
         env, split = str(metrics.get("env", "?")), str(metrics.get("split", "?"))
         if metrics.get("kind") == "sweep":
             for entry in metrics["sweep"]:
@@ -127,10 +125,8 @@ def load_runs(paths: Sequence[Path]) -> list[Run]:
                         extra={"preference": None if preference == "default" else preference},
                     )
                 )
-        elif "accuracy" in metrics:
+        else:  # one policy's metrics (read_metrics allows no other shape)
             runs.append(Run(str(metrics["policy"]), env, split, metrics, metrics_path.parent))
-        else:
-            raise UserError(f"{metrics_path}: expected eval metrics (accuracy, cost_usd, ...) or a sweep")
     for run in runs:  # router points exported one per dir (results/<world>/router-T/) are drawn as one sweep
         if run.sweep is None and run.policy.startswith("router:"):
             run.sweep, run.extra["sweep_key"] = "router", str(run.source.parent)

@@ -164,6 +164,11 @@ def _apply_label_options(env: Env, request: EvalRequest) -> None:
     elif shown != "none":
         from toolorchestra.envs.replay.profiles import read_profiles
 
+        if not Path(shown).is_file():  # likely a mistyped keyword, so say the keywords too
+            problem = "not a file" if Path(shown).exists() else "file not found"
+            raise UserError(
+                f"--profiles {shown!r}: {problem}; expected auto, train, none, or a file `toolorchestra profile` wrote"
+            )
         env.show_profiles(read_profiles(Path(shown), env.models()))
 
 

@@ -26,6 +26,7 @@ from toolorchestra.bench.metrics import summarize
 from toolorchestra.envs.base import Env, Task
 from toolorchestra.envs.capabilities import LabeledModels
 from toolorchestra.errors import UserError
+from toolorchestra.files import json_type, read_json_object
 
 log = logging.getLogger(__name__)
 
@@ -44,10 +45,8 @@ def claim_dir(out: Path, manifest: dict[str, Any], outputs: Sequence[str] = (TRA
     out.mkdir(parents=True, exist_ok=True)
     manifest_path = out / MANIFEST
     if manifest_path.exists():
-        try:
-            existing = json.loads(manifest_path.read_text())
-        except json.JSONDecodeError:
-            existing = None
+        # a torn or edited manifest is named as such, not reported as "a different run"
+        existing = read_json_object(manifest_path, f"the manifest of the run in --out {out} ({', '.join(manifest)})")
         if existing != manifest:
             raise UserError(
                 f"--out {out}: holds a different run ({manifest_path}: {existing}); "
@@ -101,7 +100,7 @@ def read_saved_trajectories(path: Path) -> list[Trajectory]:
             continue
         if not isinstance(record, dict):
             raise UserError(
-                f"{where}:{number}: expected a JSON object (a saved trajectory), got {_json_type(record)}. {_LEAVE_IT}"
+                f"{where}:{number}: expected a JSON object (a saved trajectory), got {json_type(record)}. {_LEAVE_IT}"
             )
         for derived in ("cost_usd", "prompt_tokens", "completion_tokens"):
             record.pop(derived, None)
@@ -113,10 +112,6 @@ def read_saved_trajectories(path: Path) -> list[Trajectory]:
 
 
 _LEAVE_IT = "The file was left as it is: move it (or that line) away to resume, or use another --out"
-
-
-def _json_type(value: object) -> str:
-    return {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(type(value), "a number")
 
 
 def _first_problem(exc: Exception) -> str:

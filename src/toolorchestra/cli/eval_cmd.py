@@ -162,9 +162,9 @@ def eval_command(
         help="Only these comma-separated task ids (of --split; tau2: any split), or @FILE: one id per line "
         "(e.g. @configs/eval/toolscale-test-200.txt).",
     ),
-    num_trials: int = typer.Option(1, "--num-trials", help="tau2: trials per task (pass^k for k = 1..K)."),
-    max_steps: int = typer.Option(200, "--max-steps", help="tau2: simulation step cap (tau2's max_steps)."),
-    max_errors: int = typer.Option(10, "--max-errors", help="tau2: tool-error cap per simulation."),
+    num_trials: int = typer.Option(1, "--num-trials", min=1, help="tau2: trials per task (pass^k for k = 1..K)."),
+    max_steps: int = typer.Option(200, "--max-steps", min=1, help="tau2: simulation step cap (tau2's max_steps)."),
+    max_errors: int = typer.Option(10, "--max-errors", min=0, help="tau2: tool-error cap per simulation."),
     user_model: str | None = typer.Option(
         None,
         "--user-model",
@@ -178,7 +178,7 @@ def eval_command(
         "serve`); default: serve the pool in-process on 127.0.0.1.",
     ),
     user_max_tokens: int | None = typer.Option(
-        None, "--user-max-tokens", help="tau2: max tokens per user simulator turn (default: the server's)."
+        None, "--user-max-tokens", min=1, help="tau2: max tokens per user simulator turn (default: the server's)."
     ),
 ) -> None:
     """Evaluate POLICY on ENV: every episode's trajectory is saved as it ends, then metrics are written."""

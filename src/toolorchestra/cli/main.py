@@ -57,11 +57,27 @@ def main() -> None:
         # disk) is their mistake to fix, not a bug: one line naming it. Other OS errors keep their traceback.
         if exc.filename is None or os.environ.get("TOOLORCHESTRA_DEBUG") or "--debug" in sys.argv:
             raise
-        typer.secho(f"error: {exc.filename}: {exc.strerror or exc}", fg="red", err=True)
+        typer.secho(f"error: {os_error_message(exc)}", fg="red", err=True)
         sys.exit(2)
     except KeyboardInterrupt:
         typer.secho("interrupted", fg="yellow", err=True)
         sys.exit(130)
+
+
+def os_error_message(exc: OSError) -> str:
+    """One line naming the path and, for the errors a path given in the wrong place causes (a file where a
+    folder goes or the reverse), what was expected there: the OS's own words ("File exists") do not say it."""
+    import errno
+    from pathlib import Path
+
+    path, reason = exc.filename, exc.strerror or str(exc)
+    if exc.errno == errno.ENOTDIR:
+        reason += " (a part of this path is a file; expected a folder there)"
+    elif exc.errno == errno.EISDIR:
+        reason += " (expected a file, not a folder)"
+    elif exc.errno == errno.EEXIST and not Path(path).is_dir():
+        reason = "is a file; expected a folder there (or a path that does not exist yet)"
+    return f"{path}: {reason}"
 
 
 if __name__ == "__main__":  # python -m toolorchestra.cli.main

@@ -40,10 +40,14 @@ def register(app: typer.Typer) -> None:
             train_config.trainer.total_training_steps = steps
         if hold_out_models is not None:
             train_config.sampler.hold_out_models = [name.strip() for name in hold_out_models.split(",") if name.strip()]
+        if not resume:
+            check_fresh_run_dir(run_dir, train_config.trainer.default_local_dir)
         trainer = Trainer(train_config, run_dir=run_dir, resume=resume)
         console = Console(stderr=True)
-        if resume:
+        if resume and trainer.global_step:
             console.print(f"resuming {trainer.run_dir} at step {trainer.global_step}")
+        elif resume:  # a restart loop passes --resume every time; the first start has nothing to resume
+            console.print(f"--resume: no checkpoint in {trainer.run_dir} yet; starting at step 0")
         history = trainer.fit(show_progress=not quiet)
         console.print(
             f"done: {trainer.global_step} steps; checkpoints, metrics.jsonl and tensorboard/ in "
@@ -74,7 +78,8 @@ def register(app: typer.Typer) -> None:
         from toolorchestra.train.export import export_adapter
 
         if card is not None and not card.is_file():
-            raise UserError(f"--card {card}: file not found")
+            problem = "not a file" if card.exists() else "file not found"
+            raise UserError(f"--card {card}: {problem} (expected a Markdown model card)")
         written = export_adapter(
             checkpoint,
             out,
@@ -83,3 +88,22 @@ def register(app: typer.Typer) -> None:
         )
         size = sum(path.stat().st_size for path in written.iterdir())
         Console(stderr=True).print(f"wrote {written} ({size / 1e6:.1f} MB)")
+
+
+def check_fresh_run_dir(run_dir: Path | None, default_dir: str) -> None:
+    """Refuse to start a new run where another one saved checkpoints or metrics: its steps would overwrite
+    that run's checkpoints and mix into its metrics.jsonl."""
+    from toolorchestra.errors import UserError
+    from toolorchestra.train.checkpoint import latest_checkpoint
+
+    folder = run_dir or Path(default_dir)
+    where = f"--run-dir {folder}" if run_dir else f"{folder} (the config's trainer.default_local_dir)"
+    checkpoint = latest_checkpoint(folder)
+    metrics = folder / "metrics.jsonl"
+    held = [f"checkpoints up to {checkpoint.name}"] if checkpoint else []
+    held += ["metrics.jsonl"] if metrics.is_file() and metrics.stat().st_size else []
+    if held:
+        raise UserError(
+            f"{where}: holds a previous run ({', '.join(held)}); pass --resume to continue it, or give another "
+            "--run-dir to start over. Nothing was changed"
+        )

@@ -18,6 +18,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from toolorchestra.errors import UserError
+
 STATE_FILE = "state.json"
 PREFIX = "step_"
 
@@ -89,16 +91,29 @@ def load_trainable(path: Path, model: Any) -> None:
             parameters[name].copy_(value)
 
 
+def read_state(checkpoint: Path) -> dict[str, Any]:
+    """A checkpoint's state.json (step, sampler state, config); a missing, torn or edited one is a UserError
+    naming it, before any weight is loaded."""
+    from toolorchestra.files import read_json_object
+
+    state = read_json_object(checkpoint / STATE_FILE, "a training checkpoint's state (step, sampler, config)")
+    if not isinstance(state.get("step"), int) or isinstance(state.get("step"), bool):
+        got = repr(state.get("step"))[:80]
+        raise UserError(f"{checkpoint / STATE_FILE}: field 'step': expected an integer, got {got}")
+    return state
+
+
 def load_checkpoint(path: Path, *, model: Any, optimizer: Any) -> dict[str, Any]:
     """Restore weights, optimizer and RNGs in place; returns state.json (step, sampler state)."""
     import torch
 
+    state = read_state(path)
     load_trainable(path, model)
     optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location="cpu"))
     rng = torch.load(path / "rng.pt", weights_only=False)
     torch.set_rng_state(rng["torch"])
     random.setstate(rng["python"])
-    return json.loads((path / STATE_FILE).read_text())
+    return state
 
 
 def average_checkpoints(checkpoints: list[Path], out_dir: Path) -> Path:
@@ -123,7 +138,7 @@ def average_checkpoints(checkpoints: list[Path], out_dir: Path) -> Path:
         name: torch.stack([state[name].float() for state in states]).mean(0).to(states[0][name].dtype)
         for name in states[0]
     }
-    state = json.loads((checkpoints[-1] / STATE_FILE).read_text())
+    state = read_state(checkpoints[-1])
     state["averaged_from"] = [str(path) for path in checkpoints]
     out_dir.mkdir(parents=True, exist_ok=True)
     torch.save(mean, out_dir / "trainable.pt")

@@ -430,7 +430,10 @@ def resolve_defaults(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     from toolorchestra.files import read_yaml
 
     data = read_yaml(path)
-    data = {} if data is None else data
+    if data is None:  # an empty (or truncated-to-nothing) file would otherwise train with every default
+        raise ConfigError(
+            f"{path}: empty file; expected a training config (recipe, data, model, ...; see docs/training.md)"
+        )
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of config sections; got {type(data).__name__}")
     defaults = data.pop("defaults", [])
