@@ -375,3 +375,25 @@ def test_eval_refuses_a_zero_count(tmp_path: Path, option: str) -> None:
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert f"Invalid value for '{option}'" in result.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_options_a_catalog_makes_moot_and_paths_of_the_wrong_kind_are_named(tmp_path: Path) -> None:
+    """--corpus with --config used to be ignored without a word; an empty catalog said "got NoneType"; a file
+    given to `replay check` was "directory not found"; serve --trajectories under a file said the folder was
+    missing."""
+    config = catalog(tmp_path, f"http://127.0.0.1:{closed_port()}/v1")
+    corpus = tmp_path / "corpus.json"
+    corpus.write_text("[]")
+    for command in ("run", "serve"):
+        args = ["q"] if command == "run" else []
+        line = one_error_line(cli(command, *args, "--config", str(config), "--corpus", str(corpus)))
+        assert "--corpus is read with the default pool only" in line
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    assert f"{empty}: empty file; expected" in one_error_line(cli("run", "q", "--config", str(empty)))
+    listed = tmp_path / "list.yaml"
+    listed.write_text("- 1\n")
+    assert "got an array" in one_error_line(cli("run", "q", "--config", str(listed)))
+    assert "a file, not a directory" in one_error_line(cli("replay", "check", str(corpus)))
+    line = one_error_line(cli("serve", "--config", str(config), "--trajectories", f"{corpus}/t.jsonl"))
+    assert f"folder {corpus} is a file, not a folder" in line

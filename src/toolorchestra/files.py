@@ -167,8 +167,10 @@ def load_yaml_model(path: Path | str, model: type[ModelT], expected: str, empty_
     data = read_yaml(path)
     if data is None and empty_ok:
         data = {}
+    if data is None:
+        raise ConfigError(f"{path}: empty file; expected {expected}")
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected {expected}; got {type(data).__name__}")
+        raise ConfigError(f"{path}: expected {expected}; got {json_type(data)}")
     try:
         return model.model_validate(data)
     except ValidationError as exc:

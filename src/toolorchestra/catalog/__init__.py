@@ -4,7 +4,7 @@ Loaded from YAML and validated with pydantic; a bad file is reported as one `Con
 the file, the field and what was expected.
 """
 
-from toolorchestra.catalog.load import default_catalog, load_catalog
+from toolorchestra.catalog.load import catalog_from_options, default_catalog, load_catalog
 from toolorchestra.catalog.schema import (
     Catalog,
     LatencyPrior,
@@ -25,6 +25,7 @@ __all__ = [
     "Price",
     "ReplayBackendSpec",
     "ToolSpec",
+    "catalog_from_options",
     "default_catalog",
     "load_catalog",
 ]

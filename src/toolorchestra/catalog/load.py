@@ -82,3 +82,14 @@ def default_catalog(corpus: Path | str | None = None) -> Catalog:
             "tools": tools,
         }
     )
+
+
+def catalog_from_options(config: Path | None, corpus: Path | None) -> Catalog:
+    """The pool of `run` and `serve`: the catalog of --config, else the embedded one with --corpus for search."""
+    if config is not None and corpus is not None:
+        # the corpus feeds the default pool's search tool; a catalog names its own (a search tool's options)
+        raise ConfigError(
+            "--corpus is read with the default pool only; with --config, set the corpus in the catalog's search "
+            "tool (options: corpus)"
+        )
+    return load_catalog(config) if config else default_catalog(corpus)

@@ -63,9 +63,9 @@ def run(
 ) -> None:
     """Answer QUESTION with an orchestrator that calls tools and other models; print each step's tokens and dollars."""
     from toolorchestra.bench.policies import live_reader
-    from toolorchestra.catalog import default_catalog, load_catalog
+    from toolorchestra.catalog import catalog_from_options
 
-    catalog = load_catalog(config) if config else default_catalog(corpus)
+    catalog = catalog_from_options(config, corpus)
     catalog, reader = live_reader(catalog, policy, prefer, calibration, profiles)
     if reader is not None and (max_budget is not None or temperature > 0):
         # the reader follows its plan (at most three priced calls) and samples nothing: a cap or temperature it

@@ -89,7 +89,7 @@ def serve(
 ) -> None:
     """Serve every pool model (passed through) and the orchestrator (`orchestrator:NAME`, one episode per
     request) at /v1/chat/completions and /v1/models."""
-    from toolorchestra.catalog import default_catalog, load_catalog
+    from toolorchestra.catalog import catalog_from_options
     from toolorchestra.serve.limits import ServeLimits
     from toolorchestra.serve.models import ServedModels
     from toolorchestra.serve.trajectories import TrajectoryLog
@@ -97,9 +97,10 @@ def serve(
     if config is not None and not config.is_file():
         raise UserError(f"--config {config}: file not found")
     if trajectories is not None and not trajectories.parent.is_dir():
-        raise UserError(f"--trajectories {trajectories}: folder {trajectories.parent} does not exist")
+        problem = "is a file, not a folder" if trajectories.parent.exists() else "does not exist"
+        raise UserError(f"--trajectories {trajectories}: folder {trajectories.parent} {problem}")
     build_app, listen_socket, serve_forever = _web_modules()
-    catalog = load_catalog(config) if config else default_catalog(corpus)
+    catalog = catalog_from_options(config, corpus)
     if policy == "orchestrator" and not (calibration or profiles):
         reader = None  # without loading the reader's module (numpy and the policies) for nothing
     else:

@@ -246,9 +246,10 @@ class DirectorySource:
     def __init__(self, root: Path) -> None:
         self.root = root
         if not root.is_dir():
+            problem = "a file, not a directory" if root.exists() else "directory not found"
             raise FormatError(
                 root,
-                "directory not found (expected questions.jsonl, models/<name>.jsonl and an "
+                f"{problem} (expected a directory of questions.jsonl, models/<name>.jsonl and an "
                 "optional prices.yaml; see docs/replay.md)",
             )
         if not (root / QUESTIONS).is_file():
