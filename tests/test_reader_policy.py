@@ -49,6 +49,47 @@ def test_prices_move_the_decision():
     assert rewards[1] > rewards[0]
 
 
+def test_a_call_is_priced_on_the_questions_type():
+    """A flat price per call (a replay world's recorded mean) is scaled by how the type's answers compared to it; a
+    price per token is paid on the type's mean output tokens. So a label cheap on average but dear on programs
+    loses the programs and keeps the rest."""
+    from toolorchestra.agent.reader import expected_cost
+
+    def priced(label: str, price: Price, relative: dict | None = None, tokens: dict | None = None) -> Offer:
+        profile = ModelProfile(n=40, accuracy={"code": 0.8, "choice": 0.8}, output_tokens=100,
+                               relative_cost_by_type=relative, output_tokens_by_type=tokens)
+        return Offer("answer", label, price, 1.0, profile)
+
+    verbose = priced("verbose", Price(per_call=0.001), relative={"code": 2.0, "choice": 0.5})
+    even = priced("even", Price(per_call=0.0012))
+    code, choice = {"code": 1.0}, {"choice": 1.0}
+    assert expected_cost(verbose, code, 50) == pytest.approx(0.002)
+    assert expected_cost(verbose, {"code": 0.5, "choice": 0.5}, 50) == pytest.approx(0.00125)
+    assert expected_cost(verbose, {"geometry": 1.0}, 50) == pytest.approx(0.001)  # a type it lacks: the mean
+    assert expected_cost(even, code, 50) == pytest.approx(0.0012)  # no per-type figures: the price as shown
+    assert choose([verbose, even], code, 50, COST).label == "even"
+    assert choose([verbose, even], choice, 50, COST).label == "verbose"
+    per_token = priced("tokens", Price(input_per_m=1.0, output_per_m=10.0), tokens={"code": 300, "choice": 1})
+    assert expected_cost(per_token, code, 50) == pytest.approx((50 * 1.0 + 300 * 10.0) / 1e6)
+    assert expected_cost(per_token, choice, 50) == pytest.approx((50 * 1.0 + 1 * 10.0) / 1e6)
+
+
+def test_profiles_measure_output_tokens_and_dollars_per_type(tmp_path):
+    from toolorchestra.envs.replay.profiles import measure_profiles
+
+    def long(i: int) -> bool:  # two of each type in turn, so that either split has both
+        return (i // 2) % 2 == 0
+
+    root = write_world(tmp_path / "world", [{"id": i, "problem": f"q{i}", "answer": "a",
+                                             "subset": "long" if long(i) else "short"} for i in range(40)],
+                       {"m": [{"id": i, "response": "word " * (30 if long(i) else 3), "correct": True,
+                               "cost_usd": 0.003 if long(i) else 0.001, "latency_s": 1.0} for i in range(40)]})
+    profile = measure_profiles(DirectoryWorldEnv(root), "train", None)["m"]
+    assert profile.relative_cost_by_type == {"long": 1.5, "short": 0.5}
+    assert profile.output_tokens_by_type is not None
+    assert profile.output_tokens_by_type["long"] > 5 * profile.output_tokens_by_type["short"]
+
+
 def test_labels_without_profiles_are_named(tmp_path):
     env = DirectoryWorldEnv(write_typed_world(tmp_path / "w"))
     with pytest.raises(UserError, match=r"reader: labels \['generalist', 'histo', 'mathy'\] have no capability profile"):

@@ -105,18 +105,37 @@ def p_right(offer: Offer, type_posterior: Mapping[str, float]) -> float:
     return sum(weight * accuracy.get(subset, mean) for subset, weight in type_posterior.items()) / total
 
 
+def expected_cost(offer: Offer, type_posterior: Mapping[str, float], question_tokens: int) -> float:
+    """The label's expected dollars on the question under P(type | question). A price per token is paid on the
+    question's tokens and the profile's mean output tokens on the type (RouterBench's models write one token for
+    an option letter, hundreds for a program). A flat price per call, which a replay world shows as its recorded
+    mean, is scaled by how the type's answers compared to that mean on the calibration sample."""
+    assert offer.profile is not None
+    price, profile = offer.price, offer.profile
+    if price.input_per_m or price.output_per_m:
+        tokens = by_type(profile.output_tokens_by_type, type_posterior, profile.output_tokens)
+        return price.cost(question_tokens, round(tokens))
+    return price.per_call * by_type(profile.relative_cost_by_type, type_posterior, 1.0)
+
+
+def by_type(values: Mapping[str, float] | None, type_posterior: Mapping[str, float], default: float) -> float:
+    """A per-type profile figure under P(type | question); `default` for a type it lacks, or without figures."""
+    total = sum(type_posterior.values())
+    if not values or total <= 0:
+        return default
+    return sum(weight * values.get(subset, default) for subset, weight in type_posterior.items()) / total
+
+
 def expected_rewards(
     pool: Sequence[Offer], type_posterior: Mapping[str, float], question_tokens: int, preference: Mapping[str, float]
 ) -> list[float]:
     """Each label's expected reward for one question: P(right) from the profiles, dollars from its price on the
-    question's tokens and its profile's output tokens, seconds from its latency prior."""
+    question's tokens and its profile's output tokens on the question's type, seconds from its latency prior."""
     features = []
     for offer in pool:
-        assert offer.profile is not None
-        output_tokens = round(offer.profile.output_tokens)
         features.append(
             {
-                "cost": offer.price.cost(question_tokens, output_tokens),
+                "cost": expected_cost(offer, type_posterior, question_tokens),
                 "latency": offer.latency_s or 0.0,
                 f"calls:{offer.tool}": 1.0,
                 f"calls:{offer.label}": 1.0,
@@ -229,7 +248,7 @@ def choose_plan(
     luckiest: docs/results.md ("Consult-two plans") measures what that costs on questions outside the sample."""
     right, paid = table.mixed(type_posterior)
     index = {offer.label: position for position, offer in enumerate(pool)}
-    costs = [offer.price.cost(question_tokens, round(offer.profile.output_tokens)) for offer in pool if offer.profile]
+    costs = [expected_cost(offer, type_posterior, question_tokens) for offer in pool]
     latency = [offer.latency_s or 0.0 for offer in pool]
     features = []
     for plan, share in zip(table.plans, paid, strict=True):

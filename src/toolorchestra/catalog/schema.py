@@ -108,6 +108,16 @@ class ModelProfile(_Strict):
     accuracy: dict[str, float] = Field(..., min_length=1, description="subset -> share answered right")
     declined: float = Field(0.0, ge=0, le=1, description="share of questions it did not attempt")
     output_tokens: float = Field(0.0, ge=0, description="mean output tokens per answer")
+    output_tokens_by_type: dict[str, float] | None = Field(
+        None,
+        description="subset -> mean output tokens per answer there (a program is hundreds of tokens, an option "
+        "letter one): what the reader prices a question of that type at; absent, `output_tokens` for every type",
+    )
+    relative_cost_by_type: dict[str, float] | None = Field(
+        None,
+        description="subset -> mean dollars per answer there over the mean over all types: how a type's answers "
+        "compare to a flat price per call (a replay world's recorded mean); absent, 1 for every type",
+    )
     outcomes: dict[str, Literal["R", "W", "r", "n"]] | None = Field(
         None,
         description="per calibration question id: R right, W wrong (an answer that commits), r right and n wrong "

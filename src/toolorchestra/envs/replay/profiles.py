@@ -78,14 +78,25 @@ def measure_profiles(
     profiles = {}
     for model in env.models():
         right: dict[str, list[bool]] = defaultdict(list)
+        tokens: dict[str, list[int]] = defaultdict(list)
+        dollars: dict[str, list[float]] = defaultdict(list)
         for task in sample:
             right[task.subtask or UNTYPED].append(env.record(task.id, model).correct)
+            tokens[task.subtask or UNTYPED].append(env.output_tokens(task, model))
+            dollars[task.subtask or UNTYPED].append(env.call_cost(task, model))
+        mean_dollars = sum(sum(paid) for paid in dollars.values()) / len(sample)
         outcomes = {task.id: outcome(env, task, model) for task in sample}
         profiles[model] = ModelProfile(
             n=len(sample),
             accuracy={subset: round(sum(marks) / len(marks), 3) for subset, marks in right.items()},
             declined=round(decline_rate(env, sample, model), 3),
-            output_tokens=round(sum(env.output_tokens(task, model) for task in sample) / len(sample), 1),
+            output_tokens=round(sum(sum(counts) for counts in tokens.values()) / len(sample), 1),
+            output_tokens_by_type={subset: round(sum(counts) / len(counts), 1) for subset, counts in tokens.items()},
+            relative_cost_by_type={
+                subset: round(sum(paid) / len(paid) / mean_dollars, 3) for subset, paid in dollars.items()
+            }
+            if mean_dollars > 0
+            else None,
             outcomes={question: letter for question, (letter, _) in outcomes.items()},
             answers={question: key for question, (_, key) in outcomes.items() if key is not None},
         )
