@@ -397,3 +397,7 @@ def test_options_a_catalog_makes_moot_and_paths_of_the_wrong_kind_are_named(tmp_
     assert "a file, not a directory" in one_error_line(cli("replay", "check", str(corpus)))
     line = one_error_line(cli("serve", "--config", str(config), "--trajectories", f"{corpus}/t.jsonl"))
     assert f"folder {corpus} is a file, not a folder" in line
+    for command in ("run", "serve"):  # a tool preference naming nothing on offer used to weigh nothing, silently
+        args = ["q"] if command == "run" else []
+        line = one_error_line(cli(command, *args, "--config", str(config), "--prefer", "tool:pyhton"))
+        assert "--prefer tool:pyhton: no tool or label of that name is offered" in line and "'answer'" in line

@@ -5,6 +5,8 @@ The same weights are the preference vector P of the training reward (toolorchest
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from pydantic import BaseModel, Field
 
 from toolorchestra.errors import UserError
@@ -83,6 +85,15 @@ class Preference(BaseModel):
                     "tool:NAME, or KEY=WEIGHT pairs"
                 )
         return cls(tools=tools, prefer_local=prefer_local, **weights)
+
+    def check_tools(self, offered: Collection[str]) -> None:
+        """UserError naming a `tool:NAME` that no tool or label on offer is called: it would weigh nothing."""
+        unknown = sorted(set(self.tools) - set(offered))
+        if unknown:
+            raise UserError(
+                f"--prefer tool:{unknown[0]}: no tool or label of that name is offered; expected one of "
+                f"{sorted(offered)}"
+            )
 
     def weights(self) -> dict[str, float]:
         """The preference vector over reward features (see toolorchestra.reward.group_rewards)."""

@@ -601,6 +601,11 @@ def live_reader(
     from toolorchestra.envs.registry import make_env
     from toolorchestra.envs.replay.profiles import read_profiles
 
+    local_tools = [tool.name for tool in catalog.tools if tool.type in ("python", "search")]
+    preference = Preference.parse(prefer, local_tools)
+    preference.check_tools(
+        [tool.name for tool in catalog.tools] + [label for tool in catalog.tools for label in tool.models or {}]
+    )
     if spec == AUTO_POLICY:
         spec = "reader" if calibration or profiles or reads_its_pool(catalog) else "orchestrator"
     kind, _, model = spec.partition(":")
@@ -610,8 +615,6 @@ def live_reader(
         return catalog, None
     if kind != "reader":
         raise UserError(f"--policy {spec!r}: expected orchestrator or reader[:MODEL]")
-    local_tools = [tool.name for tool in catalog.tools if tool.type in ("python", "search")]
-    preference = Preference.parse(prefer, local_tools)
     if profiles is not None:
         names = [entry.name for entry in catalog.models]
         measured = read_profiles(profiles, names, others=True)

@@ -101,12 +101,9 @@ def serve(
         raise UserError(f"--trajectories {trajectories}: folder {trajectories.parent} {problem}")
     build_app, listen_socket, serve_forever = _web_modules()
     catalog = catalog_from_options(config, corpus)
-    if policy == "orchestrator" and not (calibration or profiles):
-        reader = None  # without loading the reader's module (numpy and the policies) for nothing
-    else:
-        from toolorchestra.bench.policies import live_reader
+    from toolorchestra.bench.policies import live_reader
 
-        catalog, reader = live_reader(catalog, policy, prefer, calibration, profiles)
+    catalog, reader = live_reader(catalog, policy, prefer, calibration, profiles)
     limits = ServeLimits(
         max_body_bytes=max_body_bytes,
         max_json_depth=max_json_depth,
