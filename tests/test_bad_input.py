@@ -401,3 +401,7 @@ def test_options_a_catalog_makes_moot_and_paths_of_the_wrong_kind_are_named(tmp_
         args = ["q"] if command == "run" else []
         line = one_error_line(cli(command, *args, "--config", str(config), "--prefer", "tool:pyhton"))
         assert "--prefer tool:pyhton: no tool or label of that name is offered" in line and "'answer'" in line
+    world = write_world(tmp_path / "world")
+    line = one_error_line(cli("eval", "--env", f"replay:{world}", "--policy", "cheapest", "--prefer", "tool:nobody",
+                              "--out", str(tmp_path / "ev")))
+    assert "--prefer tool:nobody: no tool or label" in line and not (tmp_path / "ev").exists()

@@ -92,7 +92,7 @@ class Preference(BaseModel):
         if unknown:
             raise UserError(
                 f"--prefer tool:{unknown[0]}: no tool or label of that name is offered; expected one of "
-                f"{sorted(offered)}"
+                f"{sorted(set(offered))}"
             )
 
     def weights(self) -> dict[str, float]:

@@ -57,6 +57,8 @@ def run_eval(request: EvalRequest) -> dict[str, Any]:
         unknown = [name for name in request.tools if name not in offered]
         if unknown:
             raise UserError(f"--tools: unknown tool(s) {', '.join(unknown)}; {request.env} offers {', '.join(offered)}")
+    if request.prefer:
+        check_preferred_tools(request.prefer, env, tasks)
     policies = request_policies(request, env)
     claim_dir(request.out, request.manifest())
     if request.ray:
@@ -64,6 +66,20 @@ def run_eval(request: EvalRequest) -> dict[str, Any]:
 
         return run_eval_ray(request, policies, tasks, env)
     return asyncio.run(_evaluate_and_close(env, policies, tasks, request))
+
+
+def check_preferred_tools(prefer: str, env: Env, tasks: Sequence[Task]) -> None:
+    """A `--prefer tool:NAME` must name a tool or a label the env offers on some task: a typo would weigh nothing."""
+    from toolorchestra.agent.preference import Preference
+
+    preference = Preference.parse(prefer)
+    if not preference.tools:
+        return
+    offered: set[str] = set()
+    for task in tasks:  # ToolScale's tools differ between domains
+        for tool in env.tools_for(task):
+            offered |= {tool.name} | {str(row["label"]) for row in tool.price_rows() if row.get("label")}
+    preference.check_tools(offered)
 
 
 async def _evaluate_and_close(
