@@ -69,6 +69,12 @@ def test_a_call_is_priced_on_the_questions_type():
     assert expected_cost(even, code, 50) == pytest.approx(0.0012)  # no per-type figures: the price as shown
     assert choose([verbose, even], code, 50, COST).label == "even"
     assert choose([verbose, even], choice, 50, COST).label == "verbose"
+    from toolorchestra.agent.reader import expected_latency
+
+    timed = Offer("answer", "timed", Price(per_call=0.001), 2.0,
+                  verbose.profile.model_copy(update={"latency_s_by_type": {"code": 9.0, "choice": 0.5}}))
+    assert expected_latency(timed, code) == 9.0 and expected_latency(timed, {"code": 0.5, "choice": 0.5}) == 4.75
+    assert expected_latency(verbose, code) == 1.0  # no per-type seconds: the label's latency prior
     per_token = priced("tokens", Price(input_per_m=1.0, output_per_m=10.0), tokens={"code": 300, "choice": 1})
     assert expected_cost(per_token, code, 50) == pytest.approx((50 * 1.0 + 300 * 10.0) / 1e6)
     assert expected_cost(per_token, choice, 50) == pytest.approx((50 * 1.0 + 1 * 10.0) / 1e6)
@@ -86,6 +92,7 @@ def test_profiles_measure_output_tokens_and_dollars_per_type(tmp_path):
                                "cost_usd": 0.003 if long(i) else 0.001, "latency_s": 1.0} for i in range(40)]})
     profile = measure_profiles(DirectoryWorldEnv(root), "train", None)["m"]
     assert profile.relative_cost_by_type == {"long": 1.5, "short": 0.5}
+    assert profile.latency_s_by_type == {"long": 1.0, "short": 1.0}  # the recorded seconds
     assert profile.output_tokens_by_type is not None
     assert profile.output_tokens_by_type["long"] > 5 * profile.output_tokens_by_type["short"]
 

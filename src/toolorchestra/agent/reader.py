@@ -118,6 +118,13 @@ def expected_cost(offer: Offer, type_posterior: Mapping[str, float], question_to
     return price.per_call * by_type(profile.relative_cost_by_type, type_posterior, 1.0)
 
 
+def expected_latency(offer: Offer, type_posterior: Mapping[str, float]) -> float:
+    """The label's expected seconds on the question under P(type | question): its profile's mean per type where
+    measured (a program takes longer to write than an option letter), else its latency prior."""
+    assert offer.profile is not None
+    return by_type(offer.profile.latency_s_by_type, type_posterior, offer.latency_s or 0.0)
+
+
 def by_type(values: Mapping[str, float] | None, type_posterior: Mapping[str, float], default: float) -> float:
     """A per-type profile figure under P(type | question); `default` for a type it lacks, or without figures."""
     total = sum(type_posterior.values())
@@ -136,7 +143,7 @@ def expected_rewards(
         features.append(
             {
                 "cost": expected_cost(offer, type_posterior, question_tokens),
-                "latency": offer.latency_s or 0.0,
+                "latency": expected_latency(offer, type_posterior),
                 f"calls:{offer.tool}": 1.0,
                 f"calls:{offer.label}": 1.0,
             }
@@ -249,7 +256,7 @@ def choose_plan(
     right, paid = table.mixed(type_posterior)
     index = {offer.label: position for position, offer in enumerate(pool)}
     costs = [expected_cost(offer, type_posterior, question_tokens) for offer in pool]
-    latency = [offer.latency_s or 0.0 for offer in pool]
+    latency = [expected_latency(offer, type_posterior) for offer in pool]
     features = []
     for plan, share in zip(table.plans, paid, strict=True):
         first = index[plan.first.label]

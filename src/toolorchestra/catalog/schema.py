@@ -113,6 +113,11 @@ class ModelProfile(_Strict):
         description="subset -> mean output tokens per answer there (a program is hundreds of tokens, an option "
         "letter one): what the reader prices a question of that type at; absent, `output_tokens` for every type",
     )
+    latency_s_by_type: dict[str, float] | None = Field(
+        None,
+        description="subset -> mean seconds per answer there: what the reader expects a call of that type to take; "
+        "absent, the label's latency prior for every type",
+    )
     relative_cost_by_type: dict[str, float] | None = Field(
         None,
         description="subset -> mean dollars per answer there over the mean over all types: how a type's answers "

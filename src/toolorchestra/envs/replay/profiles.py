@@ -80,10 +80,12 @@ def measure_profiles(
         right: dict[str, list[bool]] = defaultdict(list)
         tokens: dict[str, list[int]] = defaultdict(list)
         dollars: dict[str, list[float]] = defaultdict(list)
+        seconds: dict[str, list[float]] = defaultdict(list)
         for task in sample:
             right[task.subtask or UNTYPED].append(env.record(task.id, model).correct)
             tokens[task.subtask or UNTYPED].append(env.output_tokens(task, model))
             dollars[task.subtask or UNTYPED].append(env.call_cost(task, model))
+            seconds[task.subtask or UNTYPED].append(env.call_latency(task, model))
         mean_dollars = sum(sum(paid) for paid in dollars.values()) / len(sample)
         outcomes = {task.id: outcome(env, task, model) for task in sample}
         profiles[model] = ModelProfile(
@@ -92,6 +94,7 @@ def measure_profiles(
             declined=round(decline_rate(env, sample, model), 3),
             output_tokens=round(sum(sum(counts) for counts in tokens.values()) / len(sample), 1),
             output_tokens_by_type={subset: round(sum(counts) / len(counts), 1) for subset, counts in tokens.items()},
+            latency_s_by_type={subset: round(sum(taken) / len(taken), 2) for subset, taken in seconds.items()},
             relative_cost_by_type={
                 subset: round(sum(paid) / len(paid) / mean_dollars, 3) for subset, paid in dollars.items()
             }
