@@ -405,3 +405,11 @@ def test_options_a_catalog_makes_moot_and_paths_of_the_wrong_kind_are_named(tmp_
     line = one_error_line(cli("eval", "--env", f"replay:{world}", "--policy", "cheapest", "--prefer", "tool:nobody",
                               "--out", str(tmp_path / "ev")))
     assert "--prefer tool:nobody: no tool or label" in line and not (tmp_path / "ev").exists()
+
+
+@pytest.mark.parametrize("policy", ["cascade:-1", "cascade:nan", "router:-0.5", "router:inf"])
+def test_a_baselines_weight_on_dollars_must_be_a_finite_number_at_least_zero(tmp_path: Path, policy: str) -> None:
+    """cascade:-1 used to run, fitting a cascade that is paid for choosing dearer models."""
+    world = write_world(tmp_path / "world")
+    line = one_error_line(cli("eval", "--env", f"replay:{world}", "--policy", policy, "--out", str(tmp_path / "e")))
+    assert f"--policy '{policy}'" in line and "expected a finite number >= 0" in line

@@ -18,6 +18,7 @@ it must score 1.0) and noop (answers at once, without any tool call; a floor).
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import threading
 from abc import ABC, abstractmethod
@@ -421,12 +422,17 @@ def _no_argument(spec: str, argument: str) -> None:
 
 
 def _number(spec: str, argument: str, default: float, what: str) -> float:
+    """A policy's weight on dollars (the cascade's LAMBDA, the router's THRESHOLD): a finite number >= 0, since a
+    negative one would pay for dearer models."""
     if not argument:
         return default
     try:
-        return float(argument)
+        value = float(argument)
     except ValueError:
         raise UserError(f"--policy {spec!r}: {what} {argument!r} is not a number") from None
+    if not math.isfinite(value) or value < 0:
+        raise UserError(f"--policy {spec!r}: {what} {argument!r}: expected a finite number >= 0")
+    return value
 
 
 class ReaderPolicy(Policy):
