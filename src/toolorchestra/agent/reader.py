@@ -98,11 +98,7 @@ def p_right(offer: Offer, type_posterior: Mapping[str, float]) -> float:
     profile's mean accuracy."""
     assert offer.profile is not None
     accuracy = offer.profile.accuracy
-    mean = sum(accuracy.values()) / len(accuracy)
-    total = sum(type_posterior.values())
-    if total <= 0:
-        return mean
-    return sum(weight * accuracy.get(subset, mean) for subset, weight in type_posterior.items()) / total
+    return by_type(accuracy, type_posterior, sum(accuracy.values()) / len(accuracy))
 
 
 def expected_cost(offer: Offer, type_posterior: Mapping[str, float], question_tokens: int) -> float:
@@ -137,7 +133,7 @@ def expected_rewards(
     pool: Sequence[Offer], type_posterior: Mapping[str, float], question_tokens: int, preference: Mapping[str, float]
 ) -> list[float]:
     """Each label's expected reward for one question: P(right) from the profiles, dollars from its price on the
-    question's tokens and its profile's output tokens on the question's type, seconds from its latency prior."""
+    question's tokens and its profile's output tokens on the question's type, seconds on that type too."""
     features = []
     for offer in pool:
         features.append(

@@ -652,16 +652,20 @@ orchestrator model."""
 def reads_its_pool(catalog: Catalog, tool_name: str = "answer") -> bool:
     """Whether the catalog offers the reader a choice it can weigh: two or more answer labels, every one of them a
     model with a capability profile. (The embedded pool's answer tool offers no labels: its orchestrator answers.)"""
-    tool = next((tool for tool in catalog.tools if tool.name == tool_name), None)
-    names = list((tool.models or {}).values()) if tool is not None else []
+    names = answer_models(catalog, tool_name)
     profiled = {entry.name for entry in catalog.models if entry.profile is not None}
     return len(names) >= 2 and all(name in profiled for name in names)
 
 
+def answer_models(catalog: Catalog, tool_name: str = "answer") -> list[str]:
+    """The models the catalog's `tool_name` tool offers under its labels (none when there is no such tool)."""
+    tool = next((tool for tool in catalog.tools if tool.name == tool_name), None)
+    return list((tool.models or {}).values()) if tool is not None else []
+
+
 def measured_on(catalog: Catalog, tool_name: str = "answer") -> str | None:
     """The env every profiled model of the catalog's answer tool was measured on, when they agree on one."""
-    tool = next((tool for tool in catalog.tools if tool.name == tool_name), None)
-    names = set((tool.models or {}).values()) if tool is not None else set()
+    names = set(answer_models(catalog, tool_name))
     profiles = [entry.profile for entry in catalog.models if entry.name in names and entry.profile is not None]
     worlds = {profile.measured_on for profile in profiles}
     return worlds.pop() if len(worlds) == 1 else None
