@@ -97,7 +97,8 @@ class OpenAIBackend(Backend):
         self.backoff_max_s = backoff_max_s
         self._rng = rng or random.Random()
         self._api_key = _read_api_key(spec, name)
-        self._redactor = secret_redactor(self._api_key) if self._api_key != PLACEHOLDER_API_KEY else _unchanged
+        # `_redact(text)`: `text` (which may quote a server's reply) without the API key, if the server echoed it
+        self._redact = secret_redactor(self._api_key) if self._api_key != PLACEHOLDER_API_KEY else _unchanged
         self.endpoint = spec.base_url.rstrip("/") + "/chat/completions"
         # One SDK client per event loop: its connection pool cannot outlive the loop it was made on.
         self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncOpenAI] = weakref.WeakKeyDictionary()
@@ -229,10 +230,6 @@ class OpenAIBackend(Backend):
         return BackendError(
             f"{self.endpoint} (model {self.spec.model!r}) rejected the request with HTTP {status} (not retried): {body}"
         )
-
-    def _redact(self, text: str) -> str:
-        """`text` (which may quote a server's reply) without the API key, in case the server echoed it."""
-        return self._redactor(text)
 
     def _redacted(self, completion: Completion) -> Completion:
         """`completion` with the key taken out of its text, call errors and call arguments: a server (or a model
@@ -373,11 +370,8 @@ def _native_tool_calls(raw_calls: list[Any]) -> tuple[list[ToolCall], list[str]]
             )
             continue
         call_id = getattr(raw, "id", None)
-        calls.append(
-            ToolCall(
-                id=call_id if isinstance(call_id, str) and call_id else f"call_{index}", name=name, arguments=arguments
-            )
-        )
+        call_id = call_id if isinstance(call_id, str) and call_id else f"call_{index}"
+        calls.append(ToolCall(id=call_id, name=name, arguments=arguments))
     return calls, errors
 
 

@@ -56,7 +56,7 @@ class PrefixCache:
         shared = min(common_prefix_length(prompts), min(len(prompt) for prompt in prompts) - 1)
         if shared < MIN_SHARED_TOKENS:
             return None
-        layers = self._layers(model, tuple(prompts[0][:shared]))
+        layers = self.shared_layers(model, tuple(prompts[0][:shared]))
         width = max(len(prompt) - shared for prompt in prompts)
         ids, mask = [], []
         for prompt in prompts:
@@ -89,11 +89,8 @@ class PrefixCache:
         return best, [(keys[:, :, :best], values[:, :, :best]) for keys, values in layers]
 
     def shared_layers(self, model: Any, prefix: tuple[int, ...]) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """The per-layer (keys, values) of `prefix`, each (1, kv_heads, length, dim), computed once and cached."""
-        return self._layers(model, prefix)
-
-    def _layers(self, model: Any, prefix: tuple[int, ...]) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """The prefix's per-layer (keys, values). A miss reuses the longest start it shares with a cached
+        """The per-layer (keys, values) of `prefix`, each (1, kv_heads, length, dim), computed once and cached.
+        A miss reuses the longest start it shares with a cached
         prefix (e.g. the system prompt of another request over the same catalog, or this episode's previous
         turn) and runs only the rest, so multi-turn episodes keep their cache from turn to turn."""
         import torch
