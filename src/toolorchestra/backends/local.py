@@ -187,7 +187,8 @@ def _built_dir(name: str, build: Any, marker: dict[str, Any] | None) -> Path:
     with FileLock(str(root / f".{name}.lock")):
         if _is_converted(target):  # another process finished while this one waited for the lock
             return target
-        _remove_leftovers(root, name)
+        for leftover in root.glob(f".{name}.tmp-*"):  # staging dirs of killed builds: safe to delete under the lock
+            shutil.rmtree(leftover, ignore_errors=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=root))
         try:
             build(staging)
@@ -200,12 +201,6 @@ def _built_dir(name: str, build: Any, marker: dict[str, Any] | None) -> Path:
             shutil.rmtree(staging, ignore_errors=True)
             raise
     return target
-
-
-def _remove_leftovers(root: Path, name: str) -> None:
-    """Staging dirs of conversions that were killed; safe to delete while holding the lock."""
-    for leftover in root.glob(f".{name}.tmp-*"):
-        shutil.rmtree(leftover, ignore_errors=True)
 
 
 def _prefer_sleeping_openmp_threads() -> None:

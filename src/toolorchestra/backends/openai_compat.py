@@ -342,18 +342,19 @@ def _shape_problem(response: Any, redact: Callable[[str], str]) -> str:
 
 
 def _read_choice(response: Any) -> Completion:
-    message = response.choices[0].message
-    text = message.content if isinstance(getattr(message, "content", None), str) else ""
-    calls, errors = _native_tool_calls(getattr(message, "tool_calls", None) or [])
+    text, calls, errors = _native_reply(response)
     if not calls and not errors and CALL_OPEN in text:
         text, calls, errors = parse_tool_calls(text)
     return Completion(text=text, tool_calls=calls, call_errors=errors)
 
 
-def _native_tool_calls(raw_calls: list[Any]) -> tuple[list[ToolCall], list[str]]:
+def _native_reply(response: Any) -> tuple[str, list[ToolCall], list[str]]:
+    """The first choice's text, its native tool calls, and an error for each malformed one."""
+    message = response.choices[0].message
+    text = message.content if isinstance(getattr(message, "content", None), str) else ""
     calls: list[ToolCall] = []
     errors: list[str] = []
-    for index, raw in enumerate(raw_calls):
+    for index, raw in enumerate(getattr(message, "tool_calls", None) or []):
         function = getattr(raw, "function", None)
         name = getattr(function, "name", None)
         if not isinstance(name, str) or not name:
@@ -372,7 +373,7 @@ def _native_tool_calls(raw_calls: list[Any]) -> tuple[list[ToolCall], list[str]]
         call_id = getattr(raw, "id", None)
         call_id = call_id if isinstance(call_id, str) and call_id else f"call_{index}"
         calls.append(ToolCall(id=call_id, name=name, arguments=arguments))
-    return calls, errors
+    return text, calls, errors
 
 
 def _reported_usage(response: Any) -> Usage | None:
@@ -386,9 +387,7 @@ def _reported_usage(response: Any) -> Usage | None:
 
 def _raw_output_text(response: Any) -> str:
     """Everything the model generated: its text plus its native tool calls in Hermes form."""
-    message = response.choices[0].message
-    text = message.content if isinstance(getattr(message, "content", None), str) else ""
-    calls, _ = _native_tool_calls(getattr(message, "tool_calls", None) or [])
+    text, calls, _ = _native_reply(response)
     return "\n".join([text] * bool(text) + [render_tool_call(call) for call in calls])
 
 
