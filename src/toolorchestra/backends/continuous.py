@@ -303,6 +303,10 @@ def _fused_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(query, key, value, *args, **kwargs)
 
 
+Done = Callable[[RowSpec, list[int] | BaseException], None]
+"""`done(spec, result)`: a row has ended, with its generated ids (up to and including its stop token) or an error."""
+
+
 class ContinuousDecoder:
     """Greedy decoding of many rows at once over one frozen model; `run` serves until no row is left."""
 
@@ -325,12 +329,7 @@ class ContinuousDecoder:
         self.stats = stats if stats is not None else DecodeStats()
         self._interned: dict[tuple[int, int], SharedPrefix] = {}
 
-    def run(
-        self,
-        first: list[RowSpec],
-        more: Callable[[int], list[RowSpec]],
-        done: Callable[[RowSpec, list[int] | BaseException], None],
-    ) -> None:
+    def run(self, first: list[RowSpec], more: Callable[[int], list[RowSpec]], done: Done) -> None:
         """Decode `first` and whatever `more(free_rows)` hands over between passes; `done(spec, ids)` as each
         row ends (its generated ids, up to and including its stop token), or `done(spec, error)`."""
         rows: list[Row] = []
@@ -358,7 +357,7 @@ class ContinuousDecoder:
 
     # -- admission ----------------------------------------------------------------------------
 
-    def _admit(self, specs: list[RowSpec], done: Callable[[RowSpec, list[int] | BaseException], None]) -> list[Row]:
+    def _admit(self, specs: list[RowSpec], done: Done) -> list[Row]:
         prefixes = self._prefixes(specs)
         rows = []
         for spec, prefix in zip(specs, prefixes, strict=True):

@@ -47,6 +47,8 @@ Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
+Headers = list[tuple[bytes, bytes]]
+Start = Callable[[int, Headers], Awaitable[None]]  # sends a response's status and headers
 
 CHAT_PATH = "/v1/chat/completions"
 
@@ -127,7 +129,7 @@ class ChatEndpoint:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = False  # whether the response has begun (a stream), after which no error can be sent
 
-        async def start(status: int, headers: list[tuple[bytes, bytes]]) -> None:
+        async def start(status: int, headers: Headers) -> None:
             nonlocal started
             started = True
             await send({"type": "http.response.start", "status": status, "headers": headers})
@@ -143,13 +145,7 @@ class ChatEndpoint:
             if not started:
                 await _send_json(start, send, error.status, error.body(), error.headers)
 
-    async def _answer(
-        self,
-        scope: Scope,
-        receive: Receive,
-        start: Callable[[int, list[tuple[bytes, bytes]]], Awaitable[None]],
-        send: Send,
-    ) -> None:
+    async def _answer(self, scope: Scope, receive: Receive, start: Start, send: Send) -> None:
         served = self.served
         limits = served.limits
         raw = await _read_body(scope, receive, limits.max_body_bytes)
@@ -157,7 +153,7 @@ class ChatEndpoint:
             chat = parse_chat_request(raw, limits)
             del raw  # a body of megabytes is not kept for the whole generation
             answer = await _unless_gone(receive, served.answer(chat), limits.request_timeout_s)
-        extra: list[tuple[bytes, bytes]] = []
+        extra: Headers = []
         if answer.trajectory is not None:
             extra.append((TRAJECTORY_HEADER.encode(), answer.trajectory.task_id.encode("latin-1")))
         ids = ResponseIds.new(chat.model)
@@ -174,11 +170,7 @@ class ChatEndpoint:
 
 
 async def _send_json(
-    start: Callable[[int, list[tuple[bytes, bytes]]], Awaitable[None]],
-    send: Send,
-    status: int,
-    body: dict[str, Any],
-    headers: dict[str, str] | list[tuple[bytes, bytes]],
+    start: Start, send: Send, status: int, body: dict[str, Any], headers: dict[str, str] | Headers
 ) -> None:
     data = _json_bytes(body)
     extra = (
