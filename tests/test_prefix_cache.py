@@ -17,7 +17,7 @@ def model():
 
 
 def _fresh(model, prefix):
-    return PrefixCache()._layers(model, tuple(prefix))
+    return PrefixCache().shared_layers(model, tuple(prefix))
 
 
 def _close(got, want) -> None:
@@ -31,9 +31,9 @@ def _close(got, want) -> None:
 def test_a_miss_extends_the_longest_shared_start(model) -> None:
     base = [(7 * i) % 300 + 3 for i in range(MIN_SHARED_TOKENS + 40)]
     cache = PrefixCache()
-    cache._layers(model, tuple(base))
+    cache.shared_layers(model, tuple(base))
     longer = base + [11, 12, 13, 14]
-    got = cache._layers(model, tuple(longer))
+    got = cache.shared_layers(model, tuple(longer))
     assert cache.tokens_saved == len(base)  # only the 4 new tokens ran
     _close(got, _fresh(model, longer))
 
@@ -41,9 +41,9 @@ def test_a_miss_extends_the_longest_shared_start(model) -> None:
 def test_a_sibling_prefix_reuses_the_common_part(model) -> None:
     system = [(5 * i) % 300 + 3 for i in range(MIN_SHARED_TOKENS + 10)]
     cache = PrefixCache()
-    cache._layers(model, tuple(system + [20, 21, 22]))
+    cache.shared_layers(model, tuple(system + [20, 21, 22]))
     sibling = system + [30, 31]
-    got = cache._layers(model, tuple(sibling))
+    got = cache.shared_layers(model, tuple(sibling))
     assert cache.tokens_saved == len(system)
     _close(got, _fresh(model, sibling))
 
@@ -51,24 +51,24 @@ def test_a_sibling_prefix_reuses_the_common_part(model) -> None:
 def test_a_start_of_a_cached_prefix_is_a_view_without_a_forward(model, monkeypatch) -> None:
     long = [(3 * i) % 300 + 3 for i in range(MIN_SHARED_TOKENS + 30)]
     cache = PrefixCache()
-    cache._layers(model, tuple(long))
-    short = long[:MIN_SHARED_TOKENS + 5]
+    cache.shared_layers(model, tuple(long))
+    short = long[: MIN_SHARED_TOKENS + 5]
     monkeypatch.setattr(model, "forward", lambda *a, **k: pytest.fail("no forward pass expected"))
-    got = cache._layers(model, tuple(short))
+    got = cache.shared_layers(model, tuple(short))
     monkeypatch.undo()
     _close(got, _fresh(model, short))
 
 
 def test_short_overlaps_are_not_reused(model) -> None:
     cache = PrefixCache()
-    cache._layers(model, tuple(range(3, 3 + MIN_SHARED_TOKENS + 5)))
+    cache.shared_layers(model, tuple(range(3, 3 + MIN_SHARED_TOKENS + 5)))
     other = list(range(3, 3 + MIN_SHARED_TOKENS - 1)) + [299] * 10
-    _close(cache._layers(model, tuple(other)), _fresh(model, other))
+    _close(cache.shared_layers(model, tuple(other)), _fresh(model, other))
     assert cache.tokens_saved == 0
 
 
 def test_keep_bounds_the_entries(model) -> None:
     cache = PrefixCache(keep=2)
     for start in (3, 50, 100):
-        cache._layers(model, tuple(range(start, start + MIN_SHARED_TOKENS + 1)))
+        cache.shared_layers(model, tuple(range(start, start + MIN_SHARED_TOKENS + 1)))
     assert len(cache._entries) == 2

@@ -198,9 +198,6 @@ class DecodeStats:
     attention_flops: int = 0  # multiply-adds x 2 of the attention scores and weighted sums
     rows: int = 0
 
-    def as_dict(self) -> dict[str, int]:
-        return dict(self.__dict__)
-
 
 class PackedRows:
     """One forward pass's rows: the span of the packed sequence each feeds, read by `attend` in every layer."""
@@ -306,6 +303,10 @@ def _fused_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(query, key, value, *args, **kwargs)
 
 
+Done = Callable[[RowSpec, list[int] | BaseException], None]
+"""`done(spec, result)`: a row has ended, with its generated ids (up to and including its stop token) or an error."""
+
+
 class ContinuousDecoder:
     """Greedy decoding of many rows at once over one frozen model; `run` serves until no row is left."""
 
@@ -328,12 +329,7 @@ class ContinuousDecoder:
         self.stats = stats if stats is not None else DecodeStats()
         self._interned: dict[tuple[int, int], SharedPrefix] = {}
 
-    def run(
-        self,
-        first: list[RowSpec],
-        more: Callable[[int], list[RowSpec]],
-        done: Callable[[RowSpec, list[int] | BaseException], None],
-    ) -> None:
+    def run(self, first: list[RowSpec], more: Callable[[int], list[RowSpec]], done: Done) -> None:
         """Decode `first` and whatever `more(free_rows)` hands over between passes; `done(spec, ids)` as each
         row ends (its generated ids, up to and including its stop token), or `done(spec, error)`."""
         rows: list[Row] = []
@@ -361,7 +357,7 @@ class ContinuousDecoder:
 
     # -- admission ----------------------------------------------------------------------------
 
-    def _admit(self, specs: list[RowSpec], done: Callable[[RowSpec, list[int] | BaseException], None]) -> list[Row]:
+    def _admit(self, specs: list[RowSpec], done: Done) -> list[Row]:
         prefixes = self._prefixes(specs)
         rows = []
         for spec, prefix in zip(specs, prefixes, strict=True):
@@ -411,8 +407,7 @@ class ContinuousDecoder:
     def _row(self, spec: RowSpec, prefix: SharedPrefix | None) -> Row:
         prefix_length = prefix.length if prefix is not None else 0
         own_prompt = spec.prompt[prefix_length:]
-        key = prefix.key if prefix is not None else (0, 0)
-        reused, own = self.episodes.take(key, own_prompt)
+        reused, own = self.episodes.take(_prefix_key(prefix), own_prompt)
         if own is None:
             own = OwnKV.empty(self.model, max(MIN_BUFFER, len(own_prompt) + spec.limit))
         self.stats.prefill_from_episode += reused
@@ -425,8 +420,7 @@ class ContinuousDecoder:
         return Row(spec, prefix, own, own_prompt[reused:], matcher, bitmask)
 
     def _retire(self, row: Row) -> None:
-        key = row.prefix.key if row.prefix is not None else (0, 0)
-        self.episodes.put(key, row.own)
+        self.episodes.put(_prefix_key(row.prefix), row.own)
         terminated = row.matcher is not None and row.matcher.is_terminated()
         if self.drafts is not None and row.spec.grammar is not None and terminated:
             self.drafts.remember(row.spec.grammar, self.tokenizer.decode(row.generated, skip_special_tokens=True))

@@ -28,8 +28,7 @@ import transformers
 import xgrammar as xgr
 
 from toolorchestra.backends.schema_check import SchemaError, check_tools  # noqa: F401  (raised by get)
-from toolorchestra.backends.stopping import RowTokenLimits  # noqa: F401  (its old home)
-from toolorchestra.backends.toolcalls import CALL_CLOSE, CALL_OPEN
+from toolorchestra.backends.toolcalls import CALL_CLOSE, CALL_OPEN, function_spec
 
 # Upper bound on a free string's length even when the token budget would allow more.
 MAX_STRING_CHARS = 2000
@@ -79,12 +78,8 @@ def reasoning_budget(tools: list[dict[str, Any]], max_tokens: int, reasoning_tok
     return CallBudget.plan(max_tokens, reasoning_tokens, skeleton_chars(tools)).reasoning_tokens
 
 
-def _function(tool: dict[str, Any]) -> dict[str, Any]:
-    return tool["function"] if tool.get("type") == "function" and "function" in tool else tool
-
-
 def _parameters(tool: dict[str, Any]) -> dict[str, Any]:
-    return _function(tool).get("parameters") or {"type": "object", "properties": {}}
+    return function_spec(tool).get("parameters") or {"type": "object", "properties": {}}
 
 
 def skeleton_chars(tools: list[dict[str, Any]]) -> int:
@@ -93,7 +88,7 @@ def skeleton_chars(tools: list[dict[str, Any]]) -> int:
     for tool in tools:
         properties = _parameters(tool).get("properties") or {}
         arguments = {key: _placeholder(schema) for key, schema in properties.items()}
-        text = json.dumps({"name": _function(tool)["name"], "arguments": arguments}, ensure_ascii=False)
+        text = json.dumps({"name": function_spec(tool)["name"], "arguments": arguments}, ensure_ascii=False)
         # Room for one whitespace character around each brace, colon and comma.
         longest = max(longest, len(text) + 2 * MAX_WHITESPACE * (2 * len(properties) + 4))
     return longest + len(CALL_OPEN) + len(CALL_CLOSE) + 2
@@ -204,7 +199,7 @@ def call_grammar(tools: list[dict[str, Any]], string_chars: int) -> str | None:
     rules: list[str] = []
     calls: list[str] = []
     for index, tool in enumerate(tools):
-        name = _function(tool)["name"]
+        name = function_spec(tool)["name"]
         calls.append(f"call_{index}")
         rules.append(
             f'call_{index} ::= "{{" ws {_json_literal("name")} ws ":" ws {_json_literal(name)} ws "," ws '
@@ -227,7 +222,7 @@ def call_schema(tools: list[dict[str, Any]]) -> dict[str, Any]:
         alternatives.append(
             {
                 "type": "object",
-                "properties": {"name": {"const": _function(tool)["name"]}, "arguments": arguments},
+                "properties": {"name": {"const": function_spec(tool)["name"]}, "arguments": arguments},
                 "required": ["name", "arguments"],
                 "additionalProperties": False,
             }
@@ -314,7 +309,7 @@ class ToolCallGrammars:
         check_tools(tools)  # before xgrammar sees them: one clear message instead of a C++ error
         budget = CallBudget.plan(max_tokens, reasoning_tokens, skeleton_chars(tools))
         key = json.dumps(
-            [[_function(tool) for tool in tools], budget.reasoning_tokens, budget.string_chars], sort_keys=True
+            [[function_spec(tool) for tool in tools], budget.reasoning_tokens, budget.string_chars], sort_keys=True
         )
         with self._lock:
             if key in self._cache:

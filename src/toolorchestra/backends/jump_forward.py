@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -60,14 +59,6 @@ def continuation(previous: str, text: str) -> str:
     return ""
 
 
-@dataclass
-class JumpStats:
-    """What one decode cost: forward passes, and tokens that came from drafts the model confirmed."""
-
-    passes: int = 0
-    drafted_tokens: int = 0
-
-
 def greedy_guided_decode(
     model: Any,
     tokenizer: Any,
@@ -80,14 +71,12 @@ def greedy_guided_decode(
     cached_tokens: int = 0,
     cancelled: Callable[[], bool] = lambda: False,
     drafts: CallDrafts | None = None,
-    stats: JumpStats | None = None,
 ) -> list[int]:
     """The generated ids of one guided row, greedy, at most `limit`, up to and including the stop token.
 
     `cache` holds the KV of `prompt_ids[:cached_tokens]` (a prefix cache's), or is None."""
     from transformers import DynamicCache
 
-    stats = stats if stats is not None else JumpStats()
     matcher = xgr.GrammarMatcher(grammar)
     vocab = model.config.vocab_size
     bitmask = xgr.allocate_token_bitmask(1, vocab)
@@ -98,7 +87,6 @@ def greedy_guided_decode(
     while len(generated) < limit and not matcher.is_terminated() and not cancelled():
         draft = _draft(matcher, tokenizer, generated, drafts.last(grammar) if drafts else "", limit - len(generated))
         logits = _forward(model, kv, pending + draft, in_cache)
-        stats.passes += 1
         # The logits at the last pending token pick the first new token; each draft token's, the next one.
         position = len(pending) - 1
         confirmed = 0
@@ -112,7 +100,6 @@ def greedy_guided_decode(
                 position += 1
                 continue
             break
-        stats.drafted_tokens += confirmed
         in_cache += len(pending) + confirmed
         kv.crop(in_cache)  # drop the draft tokens the model did not confirm
         pending = generated[-1:]  # the last pick is not in the cache yet

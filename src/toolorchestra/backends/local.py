@@ -27,6 +27,7 @@ import time
 import uuid
 import weakref
 from collections import OrderedDict
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -186,7 +187,8 @@ def _built_dir(name: str, build: Any, marker: dict[str, Any] | None) -> Path:
     with FileLock(str(root / f".{name}.lock")):
         if _is_converted(target):  # another process finished while this one waited for the lock
             return target
-        _remove_leftovers(root, name)
+        for leftover in root.glob(f".{name}.tmp-*"):  # staging dirs of killed builds: safe to delete under the lock
+            shutil.rmtree(leftover, ignore_errors=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=root))
         try:
             build(staging)
@@ -199,12 +201,6 @@ def _built_dir(name: str, build: Any, marker: dict[str, Any] | None) -> Path:
             shutil.rmtree(staging, ignore_errors=True)
             raise
     return target
-
-
-def _remove_leftovers(root: Path, name: str) -> None:
-    """Staging dirs of conversions that were killed; safe to delete while holding the lock."""
-    for leftover in root.glob(f".{name}.tmp-*"):
-        shutil.rmtree(leftover, ignore_errors=True)
 
 
 def _prefer_sleeping_openmp_threads() -> None:
@@ -442,6 +438,10 @@ class _LoadedModel:
                 self._grammars = ToolCallGrammars(self.tokenizer, self.model.config.vocab_size, self.eos_ids())
             return self._grammars
 
+    def grammar(self, request: _Request, reasoning_tokens: int) -> Any:
+        """The compiled call grammar of a guided request: its tools under its token budget."""
+        return self.grammars.get(request.tools or [], request.max_tokens, reasoning_tokens)
+
     def eos_ids(self) -> set[int]:
         configured = self.model.generation_config.eos_token_id
         ids = configured if isinstance(configured, list) else [configured]
@@ -636,11 +636,7 @@ class LocalBackend(Backend):
             for request in taken:
                 try:
                     item = self._prepare(loaded, request)
-                    grammar = (
-                        loaded.grammars.get(request.tools or [], request.max_tokens, self.reasoning_tokens)
-                        if item.guided
-                        else None
-                    )
+                    grammar = loaded.grammar(request, self.reasoning_tokens) if item.guided else None
                 except Exception as error:  # a bad tool schema fails its own request only
                     loop.call_soon_threadsafe(functools.partial(_settle, request, exception=error))
                     continue
@@ -663,10 +659,8 @@ class LocalBackend(Backend):
             else:
                 generated = _until_eos(result, loaded.eos_ids(), item.request.max_tokens)
                 settle = functools.partial(_settle, item.request, completion=self._completion(loaded, item, generated))
-            try:
+            with suppress(RuntimeError):  # the caller's event loop has closed: nobody is waiting for this row
                 loop.call_soon_threadsafe(settle)
-            except RuntimeError:  # the caller's event loop has closed: nobody is waiting for this row
-                pass
 
         def more(free: int) -> list[RowSpec]:
             # A sampled request waiting ends the session: rows in flight finish, none join, and _drain runs it
@@ -830,12 +824,7 @@ def _generate(
     width = input_ids.shape[1]
     limits = [item.request.max_tokens for item in prepared]
     processors = LogitsProcessorList()
-    grammars = [
-        loaded.grammars.get(item.request.tools or [], item.request.max_tokens, reasoning_tokens)
-        if item.guided
-        else None
-        for item in prepared
-    ]
+    grammars = [loaded.grammar(item.request, reasoning_tokens) if item.guided else None for item in prepared]
     if any(grammar is not None for grammar in grammars):
         from toolorchestra.backends.guided import GuidedLogitsProcessor  # xgrammar: only for guided rows
 
@@ -872,7 +861,7 @@ def _jump_forward(loaded: _LoadedModel, item: _Prepared, reasoning_tokens: int) 
 
     tokenizer, model = loaded.tokenizer, loaded.model
     request = item.request
-    grammar = loaded.grammars.get(request.tools or [], request.max_tokens, reasoning_tokens)
+    grammar = loaded.grammar(request, reasoning_tokens)
     if loaded.call_drafts is None:
         loaded.call_drafts = CallDrafts()
     cache, cached_tokens = None, 0

@@ -97,7 +97,8 @@ class OpenAIBackend(Backend):
         self.backoff_max_s = backoff_max_s
         self._rng = rng or random.Random()
         self._api_key = _read_api_key(spec, name)
-        self._redactor = secret_redactor(self._api_key) if self._api_key != PLACEHOLDER_API_KEY else _unchanged
+        # `_redact(text)`: `text` (which may quote a server's reply) without the API key, if the server echoed it
+        self._redact = secret_redactor(self._api_key) if self._api_key != PLACEHOLDER_API_KEY else _unchanged
         self.endpoint = spec.base_url.rstrip("/") + "/chat/completions"
         # One SDK client per event loop: its connection pool cannot outlive the loop it was made on.
         self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncOpenAI] = weakref.WeakKeyDictionary()
@@ -230,10 +231,6 @@ class OpenAIBackend(Backend):
             f"{self.endpoint} (model {self.spec.model!r}) rejected the request with HTTP {status} (not retried): {body}"
         )
 
-    def _redact(self, text: str) -> str:
-        """`text` (which may quote a server's reply) without the API key, in case the server echoed it."""
-        return self._redactor(text)
-
     def _redacted(self, completion: Completion) -> Completion:
         """`completion` with the key taken out of its text, call errors and call arguments: a server (or a model
         shown the request) that echoes the key must not put it on the console or into saved trajectories."""
@@ -345,18 +342,19 @@ def _shape_problem(response: Any, redact: Callable[[str], str]) -> str:
 
 
 def _read_choice(response: Any) -> Completion:
-    message = response.choices[0].message
-    text = message.content if isinstance(getattr(message, "content", None), str) else ""
-    calls, errors = _native_tool_calls(getattr(message, "tool_calls", None) or [])
+    text, calls, errors = _native_reply(response)
     if not calls and not errors and CALL_OPEN in text:
         text, calls, errors = parse_tool_calls(text)
     return Completion(text=text, tool_calls=calls, call_errors=errors)
 
 
-def _native_tool_calls(raw_calls: list[Any]) -> tuple[list[ToolCall], list[str]]:
+def _native_reply(response: Any) -> tuple[str, list[ToolCall], list[str]]:
+    """The first choice's text, its native tool calls, and an error for each malformed one."""
+    message = response.choices[0].message
+    text = message.content if isinstance(getattr(message, "content", None), str) else ""
     calls: list[ToolCall] = []
     errors: list[str] = []
-    for index, raw in enumerate(raw_calls):
+    for index, raw in enumerate(getattr(message, "tool_calls", None) or []):
         function = getattr(raw, "function", None)
         name = getattr(function, "name", None)
         if not isinstance(name, str) or not name:
@@ -373,12 +371,9 @@ def _native_tool_calls(raw_calls: list[Any]) -> tuple[list[ToolCall], list[str]]
             )
             continue
         call_id = getattr(raw, "id", None)
-        calls.append(
-            ToolCall(
-                id=call_id if isinstance(call_id, str) and call_id else f"call_{index}", name=name, arguments=arguments
-            )
-        )
-    return calls, errors
+        call_id = call_id if isinstance(call_id, str) and call_id else f"call_{index}"
+        calls.append(ToolCall(id=call_id, name=name, arguments=arguments))
+    return text, calls, errors
 
 
 def _reported_usage(response: Any) -> Usage | None:
@@ -392,9 +387,7 @@ def _reported_usage(response: Any) -> Usage | None:
 
 def _raw_output_text(response: Any) -> str:
     """Everything the model generated: its text plus its native tool calls in Hermes form."""
-    message = response.choices[0].message
-    text = message.content if isinstance(getattr(message, "content", None), str) else ""
-    calls, _ = _native_tool_calls(getattr(message, "tool_calls", None) or [])
+    text, calls, _ = _native_reply(response)
     return "\n".join([text] * bool(text) + [render_tool_call(call) for call in calls])
 
 

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
+    Layers = list[tuple[torch.Tensor, torch.Tensor]]  # a prefix's (keys, values) per layer
+
 MIN_SHARED_TOKENS = 64  # below this a shared prefix is not worth a separate pass
 KEEP = 4  # distinct prefixes remembered (tool catalogs in use at once)
 
@@ -38,7 +40,7 @@ def common_prefix_length(sequences: Sequence[Sequence[int]]) -> int:
 class PrefixCache:
     def __init__(self, keep: int = KEEP) -> None:
         self.keep = keep
-        self._entries: OrderedDict[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]] = OrderedDict()
+        self._entries: OrderedDict[tuple[int, ...], Layers] = OrderedDict()
         self._lock = threading.Lock()
         self.hits = 0
         self.tokens_saved = 0
@@ -56,7 +58,7 @@ class PrefixCache:
         shared = min(common_prefix_length(prompts), min(len(prompt) for prompt in prompts) - 1)
         if shared < MIN_SHARED_TOKENS:
             return None
-        layers = self._layers(model, tuple(prompts[0][:shared]))
+        layers = self.shared_layers(model, tuple(prompts[0][:shared]))
         width = max(len(prompt) - shared for prompt in prompts)
         ids, mask = [], []
         for prompt in prompts:
@@ -74,7 +76,7 @@ class PrefixCache:
         self.tokens_saved += shared * rows
         return torch.tensor(ids), torch.tensor(mask), cache
 
-    def longest_cached(self, prompt: Sequence[int]) -> tuple[int, list[tuple[torch.Tensor, torch.Tensor]]] | None:
+    def longest_cached(self, prompt: Sequence[int]) -> tuple[int, Layers] | None:
         """(length, per-layer views) of the longest cached start of `prompt`, at least MIN_SHARED_TOKENS and
         at most all but its last token; None when no cached prefix starts it."""
         best, layers = 0, None
@@ -88,12 +90,9 @@ class PrefixCache:
             self.hits += 1
         return best, [(keys[:, :, :best], values[:, :, :best]) for keys, values in layers]
 
-    def shared_layers(self, model: Any, prefix: tuple[int, ...]) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """The per-layer (keys, values) of `prefix`, each (1, kv_heads, length, dim), computed once and cached."""
-        return self._layers(model, prefix)
-
-    def _layers(self, model: Any, prefix: tuple[int, ...]) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """The prefix's per-layer (keys, values). A miss reuses the longest start it shares with a cached
+    def shared_layers(self, model: Any, prefix: tuple[int, ...]) -> Layers:
+        """The per-layer (keys, values) of `prefix`, each (1, kv_heads, length, dim), computed once and cached.
+        A miss reuses the longest start it shares with a cached
         prefix (e.g. the system prompt of another request over the same catalog, or this episode's previous
         turn) and runs only the rest, so multi-turn episodes keep their cache from turn to turn."""
         import torch
@@ -143,9 +142,7 @@ class PrefixCache:
             reused,
         )
 
-    def _store(
-        self, prefix: tuple[int, ...], layers: list[tuple[torch.Tensor, torch.Tensor]], reused: int
-    ) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    def _store(self, prefix: tuple[int, ...], layers: Layers, reused: int) -> Layers:
         with self._lock:
             self.tokens_saved += reused
             self._entries[prefix] = layers

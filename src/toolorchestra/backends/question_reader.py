@@ -67,8 +67,7 @@ class QuestionReader:
 
         keys = [hashlib.sha1(question.encode()).hexdigest() for question in questions]
         cache = self._stored()
-        unread = dict(zip(keys, questions, strict=True))
-        unread = {key: question for key, question in unread.items() if key not in cache}
+        unread = {key: question for key, question in zip(keys, questions, strict=True) if key not in cache}
         fresh: dict[str, torch.Tensor] = {}
         if unread:
             fresh = dict(zip(unread, self._compute(list(unread.values()), batch_size), strict=True))
@@ -115,17 +114,14 @@ class QuestionReader:
         """One file per model: its resolved weights (path and modification times) and the reading rule; named
         once per reader (the weights do not change under a running process)."""
         if self._path is None:
-            self._path = self._named_cache_path()
+            from toolorchestra.backends.local import cache_dir, resolve_model_dir
+
+            model_dir = resolve_model_dir(self.model_name)
+            stamps = sorted(f"{path.name}:{path.stat().st_mtime_ns}" for path in model_dir.glob("*.safetensors"))
+            identity = f"{model_dir.resolve()}|{'|'.join(stamps)}|mean-last-hidden|{MAX_QUESTION_TOKENS}"
+            name = f"{Path(self.model_name).name}-{hashlib.sha1(identity.encode()).hexdigest()[:16]}.pt"
+            self._path = cache_dir() / "question-embeddings" / name
         return self._path
-
-    def _named_cache_path(self) -> Path:
-        from toolorchestra.backends.local import cache_dir, resolve_model_dir
-
-        model_dir = resolve_model_dir(self.model_name)
-        stamps = sorted(f"{path.name}:{path.stat().st_mtime_ns}" for path in model_dir.glob("*.safetensors"))
-        identity = f"{model_dir.resolve()}|{'|'.join(stamps)}|mean-last-hidden|{MAX_QUESTION_TOKENS}"
-        name = f"{Path(self.model_name).name}-{hashlib.sha1(identity.encode()).hexdigest()[:16]}.pt"
-        return cache_dir() / "question-embeddings" / name
 
     def _read_cache(self) -> dict[str, torch.Tensor]:
         import torch

@@ -20,7 +20,7 @@ _DECODER = json.JSONDecoder()
 
 def render_tools_block(tools: list[dict[str, Any]]) -> str:
     """System-prompt text that offers `tools` (OpenAI function specs) in Hermes style."""
-    specs = "\n".join(json.dumps(_function_spec(tool), ensure_ascii=False) for tool in tools)
+    specs = "\n".join(json.dumps(function_spec(tool), ensure_ascii=False) for tool in tools)
     return (
         "# Tools\n\nYou may call one or more functions to assist with the user query.\n"
         "You are provided with function signatures within <tools></tools> XML tags:\n"
@@ -31,7 +31,7 @@ def render_tools_block(tools: list[dict[str, Any]]) -> str:
     )
 
 
-def _function_spec(tool: dict[str, Any]) -> dict[str, Any]:
+def function_spec(tool: dict[str, Any]) -> dict[str, Any]:
     return tool["function"] if tool.get("type") == "function" and "function" in tool else tool
 
 
@@ -167,7 +167,7 @@ def _call_from_payload(payload: Any, shown: str, call_id: str) -> tuple[ToolCall
         try:
             arguments = json.loads(arguments)
         except (json.JSONDecodeError, RecursionError, ValueError):
-            return None, f'malformed tool call (field "arguments" is not a JSON object): {shown!r}'
+            arguments = None
     if not isinstance(arguments, dict):
         return None, f'malformed tool call (field "arguments" is not a JSON object): {shown!r}'
     return ToolCall(id=call_id, name=name, arguments=arguments), ""

@@ -47,6 +47,8 @@ Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
+Headers = list[tuple[bytes, bytes]]
+Start = Callable[[int, Headers], Awaitable[None]]  # sends a response's status and headers
 
 CHAT_PATH = "/v1/chat/completions"
 
@@ -78,9 +80,9 @@ def build_app(served: ServedModels) -> ServeApp:
     app.chat = ChatEndpoint(served)
     # Only other methods reach the router here (POST is taken above): this route answers them 405.
     app.router.routes.append(Route(CHAT_PATH, app.chat, methods=["POST"]))
-    app.add_exception_handler(ApiError, _api_error_response)
+    app.add_exception_handler(ApiError, _error_response)
     app.add_exception_handler(HTTPException, _http_error_response)
-    app.add_exception_handler(Exception, _internal_error_response)
+    app.add_exception_handler(Exception, _error_response)
 
     @app.get("/v1/models")
     async def list_models() -> JSONResponse:
@@ -127,40 +129,23 @@ class ChatEndpoint:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = False  # whether the response has begun (a stream), after which no error can be sent
 
-        async def start(status: int, headers: list[tuple[bytes, bytes]]) -> None:
+        async def start(status: int, headers: Headers) -> None:
             nonlocal started
             started = True
             await send({"type": "http.response.start", "status": status, "headers": headers})
 
         try:
             await self._answer(scope, receive, start, send)
-        except ApiError as exc:
-            if exc.status >= 500:
-                log.warning("%s", exc.message)
-            if not started:
-                await _send_json(start, send, exc.status, exc.body(), exc.headers)
         except ClientGone:
             if not started:  # nobody reads it; 499 (nginx's "client closed request") names the case
                 await start(499, [(b"content-length", b"0")])
                 await send({"type": "http.response.body", "body": b""})
         except Exception as exc:
-            # Our own bug: the details go to the log, the client gets the exception's class only (no paths).
-            log.exception("internal error", exc_info=exc)
+            error = _logged(exc)
             if not started:
-                error = ApiError(
-                    500,
-                    f"internal error ({exc.__class__.__name__}); the server log has the details",
-                    type="server_error",
-                )
-                await _send_json(start, send, 500, error.body(), {})
+                await _send_json(start, send, error.status, error.body(), error.headers)
 
-    async def _answer(
-        self,
-        scope: Scope,
-        receive: Receive,
-        start: Callable[[int, list[tuple[bytes, bytes]]], Awaitable[None]],
-        send: Send,
-    ) -> None:
+    async def _answer(self, scope: Scope, receive: Receive, start: Start, send: Send) -> None:
         served = self.served
         limits = served.limits
         raw = await _read_body(scope, receive, limits.max_body_bytes)
@@ -168,7 +153,7 @@ class ChatEndpoint:
             chat = parse_chat_request(raw, limits)
             del raw  # a body of megabytes is not kept for the whole generation
             answer = await _unless_gone(receive, served.answer(chat), limits.request_timeout_s)
-        extra: list[tuple[bytes, bytes]] = []
+        extra: Headers = []
         if answer.trajectory is not None:
             extra.append((TRAJECTORY_HEADER.encode(), answer.trajectory.task_id.encode("latin-1")))
         ids = ResponseIds.new(chat.model)
@@ -185,11 +170,7 @@ class ChatEndpoint:
 
 
 async def _send_json(
-    start: Callable[[int, list[tuple[bytes, bytes]]], Awaitable[None]],
-    send: Send,
-    status: int,
-    body: dict[str, Any],
-    headers: dict[str, str] | list[tuple[bytes, bytes]],
+    start: Start, send: Send, status: int, body: dict[str, Any], headers: dict[str, str] | Headers
 ) -> None:
     data = _json_bytes(body)
     extra = (
@@ -310,11 +291,23 @@ async def _server_sent_events(chunks: Iterable[dict[str, Any]]) -> AsyncIterator
     yield b"data: [DONE]\n\n"
 
 
-async def _api_error_response(_: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, ApiError)
-    if exc.status >= 500:
-        log.warning("%s", exc.message)
-    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+def _logged(exc: Exception) -> ApiError:
+    """The error response for `exc`, logged: an ApiError of 500 or more as a warning; any other exception is our
+    own bug, whose details go to the log while the client gets the exception's class only (no paths)."""
+    if isinstance(exc, ApiError):
+        if exc.status >= 500:
+            log.warning("%s", exc.message)
+        return exc
+    log.exception("internal error", exc_info=exc)
+    return ApiError(
+        500, f"internal error ({exc.__class__.__name__}); the server log has the details", type="server_error"
+    )
+
+
+async def _error_response(_: Request, exc: Exception) -> JSONResponse:
+    """An ApiError, or (our own bug) any other exception, in OpenAI's error shape."""
+    error = _logged(exc)
+    return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
 
 
 async def _http_error_response(_: Request, exc: Exception) -> JSONResponse:
@@ -322,12 +315,3 @@ async def _http_error_response(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, HTTPException)
     error = ApiError(exc.status_code, str(exc.detail), code="not_found" if exc.status_code == 404 else None)
     return JSONResponse(error.body(), status_code=exc.status_code, headers=exc.headers)
-
-
-async def _internal_error_response(_: Request, exc: Exception) -> JSONResponse:
-    # Our own bug: the details go to the log, the client gets the exception's class only (no paths).
-    log.exception("internal error", exc_info=exc)
-    error = ApiError(
-        500, f"internal error ({exc.__class__.__name__}); the server log has the details", type="server_error"
-    )
-    return JSONResponse(error.body(), status_code=500)

@@ -54,6 +54,7 @@ class Tool(ABC):
     name: str
     description: str
     parameters: dict[str, Any]
+    price_per_call: float = 0.0  # what a tool that is not a model charges per call (web search sets it)
 
     def schema(self) -> dict[str, Any]:
         """The OpenAI function spec offered to the orchestrator."""
@@ -63,7 +64,8 @@ class Tool(ABC):
         }
 
     def price_rows(self) -> list[dict[str, Any]]:
-        """Rows for the orchestrator's price/latency table; free tools return one zero-cost row."""
+        """Rows for the orchestrator's price/latency table; a tool that is not a model returns one row, at its
+        price_per_call (zero for free tools)."""
         return [
             {
                 "tool": self.name,
@@ -71,7 +73,7 @@ class Tool(ABC):
                 "model": "",
                 "input_per_m": 0.0,
                 "output_per_m": 0.0,
-                "per_call": 0.0,
+                "per_call": self.price_per_call,
                 "latency_s": None,
             }
         ]

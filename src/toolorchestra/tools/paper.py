@@ -123,6 +123,7 @@ class PaperTool(LLMTool):
 
     purpose = "The model used"
     default_description = ""
+    instruction = ""  # what the labelled model is told to write, after the question
 
     def __init__(
         self,
@@ -156,7 +157,7 @@ class PaperTool(LLMTool):
 
     def prompt(self, context: ToolContext) -> str:
         """What the labelled model is asked: the episode's context, the problem and the tool's instruction."""
-        raise NotImplementedError
+        return f"{self.context(context).strip()}\n\nQuestion: {context.task.prompt}\n{self.instruction}"
 
     async def use(self, reply: ToolResult, context: ToolContext) -> ToolResult:
         """The call's result from the model's successful reply (charged already)."""
@@ -174,14 +175,12 @@ class PaperTool(LLMTool):
 class PaperSearchTool(PaperTool):
     purpose = "The model used to search for missing information"
     default_description = "Search for missing information."
+    instruction = QUERY_INSTRUCTION
 
     def __init__(self, *args: Any, retriever: Retriever, top_k: int = 5, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.retriever = retriever
         self.top_k = top_k
-
-    def prompt(self, context: ToolContext) -> str:
-        return f"{self.context(context).strip()}\n\nQuestion: {context.task.prompt}\n{QUERY_INSTRUCTION}"
 
     async def use(self, result: ToolResult, context: ToolContext) -> ToolResult:
         query = written_query(result.output) or context.task.prompt
@@ -202,13 +201,11 @@ class PaperReasoningTool(PaperTool):
         "Enhance the answer model's reasoning: analyze the problem, write code, execute it and return "
         "intermediate results that help solve the problem."
     )
+    instruction = CODE_INSTRUCTION
 
     def __init__(self, *args: Any, sandbox: Tool, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.sandbox = sandbox
-
-    def prompt(self, context: ToolContext) -> str:
-        return f"{self.context(context).strip()}\n\nQuestion: {context.task.prompt}\n{CODE_INSTRUCTION}"
 
     async def use(self, result: ToolResult, context: ToolContext) -> ToolResult:
         code = written_code(result.output)

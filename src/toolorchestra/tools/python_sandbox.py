@@ -22,20 +22,20 @@ import sysconfig
 import tempfile
 import time
 import uuid
-from dataclasses import dataclass, field
+from contextlib import suppress
+from dataclasses import dataclass, field, fields
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 from toolorchestra.errors import ConfigError
 from toolorchestra.tools.base import Tool, ToolContext, ToolResult
-from toolorchestra.tools.sandbox_launcher import LAUNCHER_STUB, cgroup_oom_kills
+from toolorchestra.tools.sandbox_launcher import LAUNCHER_STUB, cgroup_oom_file, cgroup_oom_kills
 
 log = logging.getLogger(__name__)
 
 LAUNCHER = Path(__file__).with_name("sandbox_launcher.py")
 ISOLATION_MODES = ("auto", "namespaces", "fallback")
-SETUP_FAILED_EXIT = 125
 # Bytes kept from each end of a stream: enough for max_output_chars of 4-byte UTF-8 at either end.
 BYTES_PER_CHAR = 4
 # After the process is gone its pipes close at once; this only bounds a reader stuck on a leaked descriptor.
@@ -65,16 +65,7 @@ class SandboxLimits:
     max_code_chars: int = 200_000
 
     def __post_init__(self) -> None:
-        for name in (
-            "timeout_s",
-            "cpu_s",
-            "memory_mb",
-            "max_file_mb",
-            "workspace_mb",
-            "max_procs",
-            "max_output_chars",
-            "max_code_chars",
-        ):
+        for name in (option.name for option in fields(self)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ConfigError(f"python tool option {name!r} must be a positive number; got {value!r}")
@@ -166,14 +157,7 @@ class PythonTool(Tool):
                 f"python tool option 'isolation' must be one of {list(ISOLATION_MODES)}; got {isolation!r}"
             )
         self.limits = SandboxLimits(
-            timeout_s=timeout_s,
-            cpu_s=cpu_s,
-            memory_mb=memory_mb,
-            max_file_mb=max_file_mb,
-            workspace_mb=workspace_mb,
-            max_procs=max_procs,
-            max_output_chars=max_output_chars,
-            max_code_chars=max_code_chars,
+            timeout_s, cpu_s, memory_mb, max_file_mb, workspace_mb, max_procs, max_output_chars, max_code_chars
         )
         self.isolation = isolation
         self.name = name
@@ -528,14 +512,10 @@ async def _drain(stream: asyncio.StreamReader | None, capture: Capture) -> None:
 def kill_group(process: asyncio.subprocess.Process) -> None:
     """SIGKILL the launcher's process group (the launcher, the namespace init and the code, unless it made a
     new session; the pid namespace ends those when its init dies)."""
-    try:
+    with suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
+    with suppress(ProcessLookupError):
         process.kill()
-    except ProcessLookupError:
-        pass
 
 
 def read_status(fd: int) -> dict[str, Any]:
@@ -638,10 +618,6 @@ def make_memory_cgroup(memory_mb: int) -> dict[str, str] | None:
     return {"version": version, "path": path}
 
 
-def cgroup_oom_file(cgroup: dict[str, str]) -> str:
-    return os.path.join(cgroup["path"], "memory.events" if cgroup["version"] == "v2" else "memory.oom_control")
-
-
 async def remove_cgroup(path: str) -> None:
     """rmdir the call's cgroup once its last process is gone (a killed namespace may take a moment)."""
     for _ in range(50):
@@ -674,10 +650,8 @@ def remove_stale_runs() -> None:
             if place == tempfile.gettempdir():
                 shutil.rmtree(path, ignore_errors=True)
             else:
-                try:
+                with suppress(OSError):
                     os.rmdir(path)  # refused while a process is still in it
-                except OSError:
-                    pass
 
 
 def _process_alive(pid: int) -> bool:

@@ -157,15 +157,13 @@ def make_tree_readonly(path: str) -> None:
     _check(result, f"mount_setattr read-only {path}")
 
 
-def prctl(option: int, value: int) -> None:
+def prctl(option: int, value: int, pointer: Any = None, what: str = "") -> None:
+    """prctl(2) with `value` and, when given, `pointer` (a ctypes reference) as its second and third arguments."""
     import ctypes
 
-    _check(
-        _libc().prctl(
-            ctypes.c_int(option), ctypes.c_ulong(value), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0)
-        ),
-        f"prctl {option}",
-    )
+    third = ctypes.c_ulong(0) if pointer is None else pointer
+    result = _libc().prctl(ctypes.c_int(option), ctypes.c_ulong(value), third, ctypes.c_ulong(0), ctypes.c_ulong(0))
+    _check(result, what or f"prctl {option}")
 
 
 class Status:
@@ -242,21 +240,15 @@ def _run_child(body: Callable[[], None], status: Status) -> NoReturn:
 
 def _enter_namespaces(config: dict[str, Any], status: Status) -> str | None:
     """'root' or 'userns' when the namespaces were entered; None (with the reason reported) when refused."""
-    if os.geteuid() == 0:
-        try:
-            unshare(NAMESPACES)
-        except OSError as exc:
-            config["namespace_error"] = str(exc)
-            status.send(namespace_error=str(exc))
-            return None
-        return "root"
     uid, gid = os.geteuid(), os.getegid()
     try:
-        unshare(CLONE_NEWUSER | NAMESPACES)
+        unshare(NAMESPACES if uid == 0 else CLONE_NEWUSER | NAMESPACES)
     except OSError as exc:
         config["namespace_error"] = str(exc)
         status.send(namespace_error=str(exc))
         return None
+    if uid == 0:
+        return "root"
     try:  # map our own ids only: inside, the code is the same unprivileged user and loses all caps at exec
         _write_file("/proc/self/setgroups", "deny")
         _write_file("/proc/self/uid_map", f"{uid} {uid} 1")
@@ -348,8 +340,7 @@ class MemoryWatch:
         self.oom_file: str | None = None
         self.layer = "rss-watch"
         if cgroup:
-            name = "memory.events" if cgroup["version"] == "v2" else "memory.oom_control"
-            self.oom_file = os.path.join(cgroup["path"], name)
+            self.oom_file = cgroup_oom_file(cgroup)
             self.layer = f"cgroup-{cgroup['version']}+rss-watch"
 
     def exceeded(self) -> str | None:
@@ -360,6 +351,10 @@ class MemoryWatch:
         if self.oom_file and cgroup_oom_kills(self.oom_file):
             return "the kernel's OOM killer fired in the call's memory cgroup"
         return None
+
+
+def cgroup_oom_file(cgroup: dict[str, str]) -> str:
+    return os.path.join(cgroup["path"], "memory.events" if cgroup["version"] == "v2" else "memory.oom_control")
 
 
 def cgroup_oom_kills(path: str) -> int:
@@ -562,14 +557,7 @@ def install_seccomp_filter() -> str:
 
     filters = (SockFilter * len(program))(*[SockFilter(*instruction) for instruction in program])
     fprog = SockFprog(len(program), filters)
-    result = _libc().prctl(
-        ctypes.c_int(PR_SET_SECCOMP),
-        ctypes.c_ulong(SECCOMP_MODE_FILTER),
-        ctypes.byref(fprog),
-        ctypes.c_ulong(0),
-        ctypes.c_ulong(0),
-    )
-    _check(result, "seccomp filter")
+    prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), "seccomp filter")
     return "no-unix-sockets,no-io-uring"
 
 

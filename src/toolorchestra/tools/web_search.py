@@ -67,19 +67,6 @@ class WebSearchTool(Tool):
             weakref.WeakKeyDictionary()
         )
 
-    def price_rows(self) -> list[dict[str, Any]]:
-        return [
-            {
-                "tool": self.name,
-                "label": "",
-                "model": "",
-                "input_per_m": 0.0,
-                "output_per_m": 0.0,
-                "per_call": self.price_per_call,
-                "latency_s": None,
-            }
-        ]
-
     async def run(self, arguments: dict[str, Any], context: ToolContext) -> ToolResult:
         query = arguments.get("query")
         if not isinstance(query, str) or not query.strip():
