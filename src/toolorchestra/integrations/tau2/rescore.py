@@ -209,7 +209,7 @@ def explain(recorded: RewardInfo | None, ours: RewardInfo, task: Task, simulatio
     if not reasons:
         reasons.append(
             f"every check agrees, yet the rewards differ: recorded breakdown "
-            f"{_breakdown(recorded)}, ours {_breakdown(ours)}"
+            f"{breakdown(recorded)}, ours {breakdown(ours)}"
         )
     return reasons
 
@@ -235,7 +235,8 @@ def _counted(kind: str, basis: set[str]) -> str:
     return "" if kind in basis else " (not in reward_basis)"
 
 
-def _breakdown(info: RewardInfo) -> dict[str, float]:
+def breakdown(info: RewardInfo) -> dict[str, float]:
+    """The reward's breakdown by component name."""
     return {
         key.value if hasattr(key, "value") else str(key): value for key, value in (info.reward_breakdown or {}).items()
     }
