@@ -39,9 +39,7 @@ def export_adapter(
     from toolorchestra.backends.local import load_hf_model
 
     model, _ = load_hf_model(config.model.path, dtype=config.model.dtype, device="cpu")
-    model = wrap_lora(
-        model, config.model.lora_rank, config.model.lora_alpha, config.model.target_modules, config.model.lora_layers
-    )
+    model = wrap_lora(model, config.model)
     load_trainable(checkpoint, model)
     staging = out_dir.with_name(f".{out_dir.name}.tmp")
     shutil.rmtree(staging, ignore_errors=True)

@@ -24,7 +24,7 @@ from toolorchestra.envs.base import Env, Task
 from toolorchestra.envs.registry import make_env
 from toolorchestra.errors import ConfigError
 from toolorchestra.train.checkpoint import latest_checkpoint, load_checkpoint, load_trainable, save_checkpoint
-from toolorchestra.train.config import TrainConfig
+from toolorchestra.train.config import ModelConfig, TrainConfig
 from toolorchestra.train.rollout import Episode, RolloutEngine
 from toolorchestra.train.sampler import TaskSampler
 
@@ -66,19 +66,19 @@ def show_train_profiles(env: Env, per_subset: int) -> None:
     env.show_profiles(measure_profiles(env, "train", per_subset))
 
 
-def wrap_lora(model: Any, rank: int, alpha: int, target_modules: Any, last_layers: int | None = None) -> Any:
-    """The model with a LoRA adapter (on the last `last_layers` decoder layers when given)."""
+def wrap_lora(model: Any, settings: ModelConfig) -> Any:
+    """The model with the LoRA adapter of `settings` (on the last `lora_layers` decoder layers when given)."""
     from peft import LoraConfig, get_peft_model
 
-    layers = None
-    if last_layers is not None:
+    layers, target_modules = None, settings.target_modules
+    if settings.lora_layers is not None:
         total = int(model.config.num_hidden_layers)
-        layers = list(range(max(0, total - last_layers), total))
+        layers = list(range(max(0, total - settings.lora_layers), total))
         if target_modules == "all-linear":  # peft wants explicit names with layers_to_transform
             target_modules = _decoder_linear_names(model)
     lora = LoraConfig(
-        r=rank,
-        lora_alpha=alpha,
+        r=settings.lora_rank,
+        lora_alpha=settings.lora_alpha,
         target_modules=target_modules,
         lora_dropout=0.0,
         task_type="CAUSAL_LM",
@@ -204,13 +204,7 @@ class Trainer:
             model, tokenizer = load_hf_model(config.model.path, dtype=config.model.dtype, device=config.model.device)
         self.tokenizer = tokenizer
         if config.model.lora_rank > 0:
-            model = wrap_lora(
-                model,
-                config.model.lora_rank,
-                config.model.lora_alpha,
-                config.model.target_modules,
-                config.model.lora_layers,
-            )
+            model = wrap_lora(model, config.model)
         if config.model.init_checkpoint:
             _init_from(config.model.init_checkpoint, model)
         if config.model.gradient_checkpointing:

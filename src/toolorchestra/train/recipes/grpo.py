@@ -44,11 +44,9 @@ class GRPORecipe:
             group_rewards(
                 [e.features() for e in group],
                 [e.correct for e in group],
-                with_cost_floor(
-                    draws[index].preference.weights(), config.algorithm.cost_floor, config.algorithm.cost_scale
-                ),
+                with_cost_floor(draw.preference.weights(), config.algorithm.cost_floor, config.algorithm.cost_scale),
             )
-            for index, group in enumerate(groups)
+            for draw, group in zip(draws, groups, strict=True)
         ]
         advantages = batch_advantages(rewards, config.algorithm.norm_adv_by_std)
         for group, group_rewards_, group_advantages_ in zip(groups, rewards, advantages, strict=True):
