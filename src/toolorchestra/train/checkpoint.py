@@ -60,7 +60,8 @@ def save_checkpoint(
     staging = root / f".{PREFIX}{step}.partial"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
-    torch.save(trainable_state(model), staging / "trainable.pt")
+    trainable = {name: param.detach().clone() for name, param in model.named_parameters() if param.requires_grad}
+    torch.save(trainable, staging / "trainable.pt")
     torch.save(optimizer.state_dict(), staging / "optimizer.pt")
     torch.save({"torch": torch.get_rng_state(), "python": random.getstate()}, staging / "rng.pt")
     if merged_model is not None:
@@ -71,10 +72,6 @@ def save_checkpoint(
     shutil.rmtree(final, ignore_errors=True)
     staging.rename(final)
     return final
-
-
-def trainable_state(model: Any) -> dict[str, Any]:
-    return {name: param.detach().clone() for name, param in model.named_parameters() if param.requires_grad}
 
 
 def load_trainable(path: Path, model: Any) -> None:

@@ -310,8 +310,6 @@ class TrainerConfig(_Strict):
     log_trajectories: bool = True
 
 
-RECIPES = ("grpo", "counterfactual", "sft")
-
 # Knobs that only some recipes read, by dotted name (a section name covers all its fields). Setting one under
 # another recipe is an error naming it, so no knob is silently ignored. Everything else is read by every recipe.
 READ_ONLY_BY: dict[str, tuple[str, ...]] = {

@@ -92,17 +92,12 @@ class EscalationModel:
         cached = self._estimates.get(key)
         if cached is not None:
             return cached
-        if not history:
-            weights = np.ones(self.right.shape[0])
-            result = self._weighted(weights, None)
-        else:
-            parent = self.estimates(history[:-1])
-            mask = np.ones(self.right.shape[0], dtype=bool)
-            for index, seen in history:
-                mask &= self.attempted[:, index] == seen
-            result = self._weighted(mask.astype(float), parent)
-        self._estimates[key] = result
-        return result
+        parent = self.estimates(history[:-1]) if history else None  # the root's estimates are the plain means
+        mask = np.ones(self.right.shape[0], dtype=bool)
+        for index, seen in history:
+            mask &= self.attempted[:, index] == seen
+        self._estimates[key] = self._weighted(mask.astype(float), parent)
+        return self._estimates[key]
 
     def _weighted(self, weights: np.ndarray, parent: Estimates | None) -> Estimates:
         support = float(weights.sum())

@@ -18,7 +18,7 @@ from toolorchestra.errors import UserError
 from toolorchestra.files import format_validation_error, read_json_object
 from toolorchestra.train.checkpoint import load_trainable, read_state
 from toolorchestra.train.config import TrainConfig
-from toolorchestra.train.trainer import load_policy, wrap_lora
+from toolorchestra.train.trainer import wrap_lora
 
 
 def export_adapter(
@@ -36,10 +36,10 @@ def export_adapter(
     config = checkpoint_config(state_path, state)
     if config.model.lora_rank == 0:
         raise UserError(f"{checkpoint}: trained without LoRA (model.lora_rank 0); there is no adapter to export")
-    model, _ = load_policy(config.model.path, config.model.dtype, "cpu")
-    model = wrap_lora(
-        model, config.model.lora_rank, config.model.lora_alpha, config.model.target_modules, config.model.lora_layers
-    )
+    from toolorchestra.backends.local import load_hf_model
+
+    model, _ = load_hf_model(config.model.path, dtype=config.model.dtype, device="cpu")
+    model = wrap_lora(model, config.model)
     load_trainable(checkpoint, model)
     staging = out_dir.with_name(f".{out_dir.name}.tmp")
     shutil.rmtree(staging, ignore_errors=True)

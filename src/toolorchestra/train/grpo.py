@@ -9,6 +9,7 @@ gives the same gradient as one big batch.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -42,7 +43,6 @@ def token_logprobs(
 
     With `mask` ([B, T-1]), the vocabulary projection runs only where mask is 1 (the policy's tokens, a few
     percent of an episode) and the other positions hold 0: the same values there, far less compute and memory."""
-    import torch
 
     if mask is None:
         logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits[:, :-1]
@@ -52,13 +52,14 @@ def token_logprobs(
     selected = mask.bool()
     logits = base.get_output_embeddings()(hidden[selected])
     values, entropy = _logprobs_of(logits, input_ids[:, 1:][selected], temperature, with_entropy)
-    full = torch.zeros(selected.shape, dtype=values.dtype, device=values.device)
-    full = full.masked_scatter(selected, values)
-    if entropy is not None:
-        entropy = torch.zeros(selected.shape, dtype=entropy.dtype, device=entropy.device).masked_scatter(
-            selected, entropy
-        )
-    return full, entropy
+    return scatter(selected, values), None if entropy is None else scatter(selected, entropy)
+
+
+def scatter(selected: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """`values` in order at the True positions of `selected`, 0 elsewhere."""
+    import torch
+
+    return torch.zeros(selected.shape, dtype=values.dtype, device=values.device).masked_scatter(selected, values)
 
 
 def _logprobs_of(
@@ -157,17 +158,27 @@ def aggregate(
     raise ValueError(f"unknown loss_agg_mode {mode!r}")
 
 
+def pad(sequences: Sequence[Sequence[int]], pad_id: int, device: Any, left: bool = False) -> tuple[Any, Any]:
+    """Token id rows padded with `pad_id` to one width, on the right (or the left): ids and attention [B, T]."""
+    import torch
+
+    width = max(len(sequence) for sequence in sequences)
+    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(sequences), width), dtype=torch.long)
+    for row, sequence in enumerate(sequences):
+        span = slice(width - len(sequence), width) if left else slice(0, len(sequence))
+        ids[row, span] = torch.tensor(list(sequence), dtype=torch.long)
+        attention[row, span] = 1
+    return ids.to(device), attention.to(device)
+
+
 def pad_rows(rows: list[tuple[list[int], list[int]]], pad_id: int, device: Any) -> tuple[Any, Any, Any]:
     """(token ids, loss mask) rows right-padded: ids and attention [B, T], and the loss mask aligned to the
     next-token log-probs [B, T-1]."""
     import torch
 
-    width = max(len(ids) for ids, _ in rows)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    attention = torch.zeros((len(rows), width), dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.float32)
+    ids, attention = pad([tokens for tokens, _ in rows], pad_id, device)
+    mask = torch.zeros(ids.shape, dtype=torch.float32)
     for row, (tokens, loss_mask) in enumerate(rows):
-        ids[row, : len(tokens)] = torch.tensor(tokens)
-        attention[row, : len(tokens)] = 1
         mask[row, : len(tokens)] = torch.tensor(loss_mask, dtype=torch.float32)
-    return ids.to(device), attention.to(device), mask[:, 1:].to(device)
+    return ids, attention, mask[:, 1:].to(device)

@@ -2,7 +2,7 @@
 
 Tool and model failures inside an episode are observations (the loop shows them to the orchestrator), so a
 broken environment (a missing package, an unreachable model server) does not crash the rollouts: every call
-just returns an error. `check_rollouts` looks at a step's episodes right after the rollouts and raises
+just returns an error. `check_trajectories` looks at a step's episodes right after the rollouts and raises
 `TrainingError` with the first distinct errors when no episode got a single tool result without error and
 either every episode errored or some call failed by raising (a tool, model or orchestrator exception, as
 opposed to the policy's own bad arguments). The SFT warm start raises the same error when it finds no example
@@ -18,7 +18,6 @@ from toolorchestra.errors import TrainingError
 
 if TYPE_CHECKING:
     from toolorchestra.agent.trajectory import Trajectory
-    from toolorchestra.train.rollout import Episode
 
 MAX_SHOWN = 3
 # How the loop, the rollout engine and the LLM tools word a failure that came from an exception.
@@ -69,13 +68,9 @@ def raised(error: str) -> bool:
     return error.startswith(RAISED_PREFIXES) and RAISED_MARKER in error
 
 
-def check_rollouts(episodes: list[Episode], step: int) -> None:
-    """Raise TrainingError when the step's episodes show a broken environment (see the module docstring)."""
-    check_trajectories([episode.trajectory for episode in episodes], step)
-
-
 def check_trajectories(trajectories: list[Trajectory], step: int) -> None:
-    """`check_rollouts` on the episodes' trajectories."""
+    """Raise TrainingError when the trajectories of a step's episodes show a broken environment (see the module
+    docstring)."""
     if not trajectories:
         return
     per_episode = [trajectory_errors(trajectory) for trajectory in trajectories]

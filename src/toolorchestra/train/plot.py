@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 PANELS = (
@@ -20,26 +21,23 @@ PANELS = (
 )
 
 
-def read_steps(run_dir: Path) -> list[dict]:
-    """The per-step records of metrics.jsonl (the SFT record and torn lines are skipped)."""
-    records = []
+def _records(run_dir: Path) -> Iterator[dict]:
+    """The records of metrics.jsonl (torn lines are skipped)."""
     for line in (run_dir / "metrics.jsonl").read_text().splitlines():
         try:
-            record = json.loads(line)
+            yield json.loads(line)
         except json.JSONDecodeError:
             continue
-        if "step" in record:
-            records.append(record)
-    return records
+
+
+def read_steps(run_dir: Path) -> list[dict]:
+    """The per-step records of metrics.jsonl (the SFT record and torn lines are skipped)."""
+    return [record for record in _records(run_dir) if "step" in record]
 
 
 def read_sft_losses(run_dir: Path) -> list[float]:
     """The SFT loss per step from the warm start's record (empty without one)."""
-    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
+    for record in _records(run_dir):
         if record.get("stage") == "sft":
             return [float(loss) for loss in record.get("sft_losses", [])]
     return []

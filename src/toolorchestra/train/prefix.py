@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from toolorchestra.backends.prefix_cache import common_prefix_length
+from toolorchestra.train.grpo import pad
 
 if TYPE_CHECKING:
     import torch
@@ -86,11 +87,7 @@ class SharedPrefix:
         if parent is not None and self.shared == start:
             self._computed = self._leaves = parent._leaves  # nothing of its own: the parent collects the gradient
         elif self.shared > 0:
-            cache = (
-                _cache_from(parent._leaves, self.base)
-                if parent is not None and parent._leaves
-                else _new_cache(self.base)
-            )
+            cache = _cache(self.base, parent._leaves if parent is not None and parent._leaves else None)
             self.base.get_decoder()(
                 input_ids=torch.tensor([self.prompts[0][start : self.shared]], device=self.device),
                 past_key_values=cache,
@@ -144,7 +141,7 @@ class SharedPrefix:
         rows = len(indices)
         cache = self._prefix_cache(rows)
         # Stage 2: each prompt's remainder, right-padded after the prefix.
-        suffix_ids, suffix_mask = _right_pad([self.prompts[i][shared:] for i in indices], self.pad_id, device)
+        suffix_ids, suffix_mask = pad([self.prompts[i][shared:] for i in indices], self.pad_id, device)
         lengths = suffix_mask.sum(-1)
         attention = torch.cat([torch.ones((rows, shared), dtype=torch.long, device=device), suffix_mask], dim=-1)
         positions = shared + torch.arange(suffix_ids.shape[1], device=device).expand(rows, -1)
@@ -253,36 +250,17 @@ class SharedPrefix:
         return torch.stack(sums)
 
     def _prefix_cache(self, rows: int) -> Any:
-        from transformers import DynamicCache
-
-        if not self._leaves:
-            return _new_cache(self.base)
         data = [(keys.expand(rows, -1, -1, -1), values.expand(rows, -1, -1, -1)) for keys, values in self._leaves]
-        return DynamicCache(ddp_cache_data=data, config=self.base.config)
+        return _cache(self.base, data or None)
 
 
-def _cache_from(pairs: Sequence[tuple[torch.Tensor, torch.Tensor]], base: Any) -> Any:
+def _cache(base: Any, layers: Sequence[tuple[torch.Tensor, torch.Tensor]] | None = None) -> Any:
+    """A KV cache for `base`: empty, or holding `layers` (keys, values per layer)."""
     from transformers import DynamicCache
 
-    return DynamicCache(ddp_cache_data=list(pairs), config=base.config)
-
-
-def _new_cache(base: Any) -> Any:
-    from transformers import DynamicCache
-
-    return DynamicCache(config=base.config)
-
-
-def _right_pad(sequences: Sequence[Sequence[int]], pad_id: int, device: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    import torch
-
-    width = max(len(sequence) for sequence in sequences)
-    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(sequences), width), dtype=torch.long)
-    for row, sequence in enumerate(sequences):
-        ids[row, : len(sequence)] = torch.tensor(list(sequence), dtype=torch.long)
-        mask[row, : len(sequence)] = 1
-    return ids.to(device), mask.to(device)
+    if layers is None:
+        return DynamicCache(config=base.config)
+    return DynamicCache(ddp_cache_data=list(layers), config=base.config)
 
 
 def prefix_token_logprobs(
@@ -304,7 +282,7 @@ def prefix_token_logprobs(
     first scored token fall back to the full pass."""
     import torch
 
-    from toolorchestra.train.grpo import _logprobs_of, token_logprobs
+    from toolorchestra.train.grpo import _logprobs_of, scatter, token_logprobs
 
     rows, width = input_ids.shape
     lengths = attention_mask.sum(-1).tolist()
@@ -317,14 +295,12 @@ def prefix_token_logprobs(
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     decoder, head = base.get_decoder(), base.get_output_embeddings()
     with torch.no_grad():
-        cache = _new_cache(base)
+        cache = _cache(base)
         decoder(input_ids=input_ids[:1, :shared], past_key_values=cache, use_cache=True)
         layers = [
             (layer.keys.expand(rows, -1, -1, -1), layer.values.expand(rows, -1, -1, -1)) for layer in cache.layers
         ]
-    from transformers import DynamicCache
-
-    cache = DynamicCache(ddp_cache_data=layers, config=base.config)
+    cache = _cache(base, layers)
     attention = torch.cat(
         [
             torch.ones((rows, shared), dtype=attention_mask.dtype, device=attention_mask.device),
@@ -344,10 +320,5 @@ def prefix_token_logprobs(
     values, entropy = _logprobs_of(
         head(hidden[selected]), input_ids[:, shared + 1 :][selected], temperature, with_entropy
     )
-    full = torch.zeros(scored.shape, dtype=values.dtype, device=values.device)
-    full[:, shared:] = full[:, shared:].masked_scatter(selected, values)
-    if entropy is not None:
-        entropies = torch.zeros(scored.shape, dtype=entropy.dtype, device=entropy.device)
-        entropies[:, shared:] = entropies[:, shared:].masked_scatter(selected, entropy)
-        entropy = entropies
-    return full, entropy
+    # no position before `shared` is scored, so scattering over all of `scored` fills the same places
+    return scatter(scored, values), None if entropy is None else scatter(scored, entropy)

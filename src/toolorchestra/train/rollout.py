@@ -30,6 +30,7 @@ from toolorchestra.envs.base import Env, Task
 from toolorchestra.reward import trajectory_features
 from toolorchestra.tools.base import Tool
 from toolorchestra.train.config import RolloutConfig
+from toolorchestra.train.grpo import pad
 from toolorchestra.train.sampler import PromptDraw
 
 if TYPE_CHECKING:
@@ -327,7 +328,7 @@ class RolloutEngine:
         device = self.model.device
         max_new = max(self._room(episode) for episode in chunk)
         sequences = [episode.token_ids for episode in chunk]
-        input_ids, attention = _left_pad(sequences, self.pad_id, device)
+        input_ids, attention = pad(sequences, self.pad_id, device, left=True)
         kwargs: dict[str, Any] = {}
         cached = None
         if self._prefix_cache is not None:  # [shared prefix][padding][own suffix], prefix KV kept across turns
@@ -399,15 +400,3 @@ class RolloutEngine:
         if self.renderer.end_of_turn_id in ids:
             ids = ids[: ids.index(self.renderer.end_of_turn_id) + 1]
         return ids
-
-
-def _left_pad(sequences: list[list[int]], pad_id: int, device: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    import torch
-
-    width = max(len(seq) for seq in sequences)
-    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(sequences), width), dtype=torch.long)
-    for row, seq in enumerate(sequences):
-        ids[row, width - len(seq) :] = torch.tensor(seq, dtype=torch.long)
-        mask[row, width - len(seq) :] = 1
-    return ids.to(device), mask.to(device)

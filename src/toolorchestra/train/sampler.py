@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import random
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from toolorchestra.agent.preference import WORDINGS, Preference
@@ -73,15 +73,7 @@ class TaskSampler:
             if kind == "tool" and not preference.tools:
                 continue  # no label to prefer among the offered tools
             wording = self.rng.randrange(WORDINGS) if self.config.random_wording else 0
-            variants.append(
-                PromptDraw(
-                    task=draw.task,
-                    tools=draw.tools,
-                    preference=preference,
-                    price_factors=draw.price_factors,
-                    wording=wording,
-                )
-            )
+            variants.append(replace(draw, preference=preference, wording=wording))
         return variants
 
     def _kinds(self) -> list[str]:

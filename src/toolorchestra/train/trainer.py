@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from toolorchestra.envs.base import Env, Task
+from toolorchestra.envs.registry import make_env
 from toolorchestra.errors import ConfigError
 from toolorchestra.train.checkpoint import latest_checkpoint, load_checkpoint, load_trainable, save_checkpoint
-from toolorchestra.train.config import TrainConfig
+from toolorchestra.train.config import ModelConfig, TrainConfig
 from toolorchestra.train.rollout import Episode, RolloutEngine
 from toolorchestra.train.sampler import TaskSampler
 
@@ -65,33 +66,19 @@ def show_train_profiles(env: Env, per_subset: int) -> None:
     env.show_profiles(measure_profiles(env, "train", per_subset))
 
 
-def load_env(name: str) -> Env:
-    """An environment by registry name (e.g. replay:routerbench)."""
-    from toolorchestra.envs import registry
-
-    return registry.make_env(name)
-
-
-def load_policy(path: str, dtype: str, device: str) -> tuple[Any, Any]:
-    """(model, tokenizer) through the local backend's resolver (SmolLM2 GGUF conversion, HF dirs)."""
-    from toolorchestra.backends.local import load_hf_model
-
-    return load_hf_model(path, dtype=dtype, device=device)
-
-
-def wrap_lora(model: Any, rank: int, alpha: int, target_modules: Any, last_layers: int | None = None) -> Any:
-    """The model with a LoRA adapter (on the last `last_layers` decoder layers when given)."""
+def wrap_lora(model: Any, settings: ModelConfig) -> Any:
+    """The model with the LoRA adapter of `settings` (on the last `lora_layers` decoder layers when given)."""
     from peft import LoraConfig, get_peft_model
 
-    layers = None
-    if last_layers is not None:
+    layers, target_modules = None, settings.target_modules
+    if settings.lora_layers is not None:
         total = int(model.config.num_hidden_layers)
-        layers = list(range(max(0, total - last_layers), total))
+        layers = list(range(max(0, total - settings.lora_layers), total))
         if target_modules == "all-linear":  # peft wants explicit names with layers_to_transform
             target_modules = _decoder_linear_names(model)
     lora = LoraConfig(
-        r=rank,
-        lora_alpha=alpha,
+        r=settings.lora_rank,
+        lora_alpha=settings.lora_alpha,
         target_modules=target_modules,
         lora_dropout=0.0,
         task_type="CAUSAL_LM",
@@ -207,30 +194,25 @@ class Trainer:
         torch.manual_seed(config.seed)
         self.run_dir = Path(run_dir or config.trainer.default_local_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.env = env if env is not None else load_env(config.data.env)
+        self.env = env if env is not None else make_env(config.data.env)
         if config.sampler.profiles:
             show_train_profiles(self.env, config.sampler.profile_per_subset)
         self.tasks = self._tasks()
-        if model is None:
-            model, tokenizer = load_policy(config.model.path, config.model.dtype, config.model.device)
+        if model is None:  # through the local backend's resolver (SmolLM2 GGUF conversion, HF dirs)
+            from toolorchestra.backends.local import load_hf_model
+
+            model, tokenizer = load_hf_model(config.model.path, dtype=config.model.dtype, device=config.model.device)
         self.tokenizer = tokenizer
         if config.model.lora_rank > 0:
-            model = wrap_lora(
-                model,
-                config.model.lora_rank,
-                config.model.lora_alpha,
-                config.model.target_modules,
-                config.model.lora_layers,
-            )
+            model = wrap_lora(model, config.model)
         if config.model.init_checkpoint:
             _init_from(config.model.init_checkpoint, model)
         if config.model.gradient_checkpointing:
             model.gradient_checkpointing_enable()
         self.policy = model
-        trainable = [param for param in self.policy.parameters() if param.requires_grad]
         optim = config.actor.optim
         self.optimizer = torch.optim.AdamW(
-            trainable, lr=optim.lr, weight_decay=optim.weight_decay, betas=(optim.betas[0], optim.betas[1])
+            self.trainable_parameters(), lr=optim.lr, weight_decay=optim.weight_decay, betas=optim.betas
         )
         self.sampler = TaskSampler(self.env, self.tasks, config.sampler, config.seed)
         self.rollout = RolloutEngine(
@@ -248,8 +230,6 @@ class Trainer:
         if self.config.data.max_tasks is not None:
             tasks = tasks[: self.config.data.max_tasks]
         if not tasks:
-            from toolorchestra.errors import ConfigError
-
             raise ConfigError(
                 f"data.split: env {self.config.data.env!r} has no tasks in split {self.config.data.split!r}"
             )
@@ -377,9 +357,6 @@ class Trainer:
 
     # ---- checkpoints ----------------------------------------------------------------------------
     def save(self) -> Path:
-        merged = None
-        if self.config.trainer.save_merged_model:
-            merged = self.merged_model()
         checkpoint = save_checkpoint(
             self.run_dir,
             self.global_step,
@@ -387,7 +364,7 @@ class Trainer:
             optimizer=self.optimizer,
             sampler_state=self.sampler.state_dict(),
             config=self.config.model_dump(mode="json"),
-            merged_model=merged,
+            merged_model=self.merged_model() if self.config.trainer.save_merged_model else None,
             tokenizer=self.tokenizer,
         )
         # what export-orchestrator copies into orchestrator.json: how these weights were trained

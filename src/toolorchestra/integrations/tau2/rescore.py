@@ -209,7 +209,7 @@ def explain(recorded: RewardInfo | None, ours: RewardInfo, task: Task, simulatio
     if not reasons:
         reasons.append(
             f"every check agrees, yet the rewards differ: recorded breakdown "
-            f"{_breakdown(recorded)}, ours {_breakdown(ours)}"
+            f"{breakdown(recorded)}, ours {breakdown(ours)}"
         )
     return reasons
 
@@ -221,12 +221,15 @@ def check_differences(recorded: RewardInfo, ours: RewardInfo, task: Task) -> lis
     if task.evaluation_criteria is None or ours.reward_basis is None:
         return []  # the evaluator stopped before checking anything (premature termination, no criteria)
     basis = {kind.value for kind in task.evaluation_criteria.reward_basis}
+    theirs, mine = _item_verdicts(recorded), _item_verdicts(ours)
     return (
         _basis_reason(recorded, basis)
         + _db_reason(recorded, ours, basis)
-        + _env_assertion_reasons(recorded, ours, basis)
-        + _action_reasons(recorded, ours, basis)
-        + _communicate_reasons(recorded, ours, basis)
+        + [
+            reason
+            for component, kind in ITEM_BASIS.items()
+            for reason in _per_item_reasons(component, theirs[component], mine[component], kind in basis)
+        ]
     )
 
 
@@ -235,7 +238,8 @@ def _counted(kind: str, basis: set[str]) -> str:
     return "" if kind in basis else " (not in reward_basis)"
 
 
-def _breakdown(info: RewardInfo) -> dict[str, float]:
+def breakdown(info: RewardInfo) -> dict[str, float]:
+    """The reward's breakdown by component name."""
     return {
         key.value if hasattr(key, "value") else str(key): value for key, value in (info.reward_breakdown or {}).items()
     }
@@ -270,31 +274,23 @@ def _met(met: bool) -> str:
     return "met" if met else "not met"
 
 
-def _env_assertion_reasons(recorded: RewardInfo, ours: RewardInfo, basis: set[str]) -> list[str]:
-    def keyed(info: RewardInfo) -> dict[str, bool]:
-        return {
+ITEM_BASIS = {"env_assertions": "ENV_ASSERTION", "action_checks": "ACTION", "communicate_checks": "COMMUNICATE"}
+"""The components checked item by item, and the reward_basis kind that counts each."""
+
+
+def _item_verdicts(info: RewardInfo) -> dict[str, dict[str, bool]]:
+    """Each item-by-item component's verdicts, keyed by what each check checks."""
+    return {
+        "env_assertions": {
             f"{check.env_assertion.env_type}.{check.env_assertion.func_name}"
             f"({json.dumps(check.env_assertion.arguments, sort_keys=True)})": check.met
             for check in info.env_assertions or []
-        }
-
-    return _per_item_reasons("env_assertions", keyed(recorded), keyed(ours), "ENV_ASSERTION" in basis)
-
-
-def _action_reasons(recorded: RewardInfo, ours: RewardInfo, basis: set[str]) -> list[str]:
-    def keyed(info: RewardInfo) -> dict[str, bool]:
-        return {
+        },
+        "action_checks": {
             f"{check.action.name} [{check.action.action_id}]": check.action_match for check in info.action_checks or []
-        }
-
-    return _per_item_reasons("action_checks", keyed(recorded), keyed(ours), "ACTION" in basis)
-
-
-def _communicate_reasons(recorded: RewardInfo, ours: RewardInfo, basis: set[str]) -> list[str]:
-    def keyed(info: RewardInfo) -> dict[str, bool]:
-        return {repr(check.info): check.met for check in info.communicate_checks or []}
-
-    return _per_item_reasons("communicate_checks", keyed(recorded), keyed(ours), "COMMUNICATE" in basis)
+        },
+        "communicate_checks": {repr(check.info): check.met for check in info.communicate_checks or []},
+    }
 
 
 def _per_item_reasons(component: str, recorded: dict[str, bool], ours: dict[str, bool], counts: bool) -> list[str]:

@@ -40,7 +40,9 @@ from toolorchestra.bench.rundir import claim_dir
 from toolorchestra.catalog.schema import Catalog
 from toolorchestra.errors import EvalError, UserError
 from toolorchestra.integrations.tau2.metrics import is_success, summarize_tau2
+from toolorchestra.integrations.tau2.rescore import breakdown, evaluate_offline
 from toolorchestra.integrations.tau2.runtime import DOMAINS, require_tau2
+from toolorchestra.train.health import format_errors
 
 if TYPE_CHECKING:
     from tau2.data_model.simulation import Info, SimulationRun
@@ -128,12 +130,6 @@ def parse_env(env: str) -> str:
 
 
 # ---- choosing the models -------------------------------------------------------------------------------
-
-
-def load_pool_catalog(config: Path | None) -> Catalog:
-    from toolorchestra.catalog import default_catalog, load_catalog
-
-    return load_catalog(config) if config is not None else default_catalog()
 
 
 def orchestrator_model(policy: str | None, catalog: Catalog, where: str) -> str:
@@ -323,7 +319,7 @@ def run_simulation(setup: Setup, task: Task, trial: int, seed: int) -> tuple[Sim
             setup, task, simulation, agent, user, orchestrator, error=f"{exc.__class__.__name__}: {exc}"
         )
     simulation.trial = trial
-    simulation.reward_info, notes = _score(simulation, task, setup.domain)
+    simulation.reward_info, notes = evaluate_offline(simulation, task, setup.domain, solo=False)
     return simulation, _trajectory(setup, task, simulation, agent, user, orchestrator, notes=notes)
 
 
@@ -332,12 +328,6 @@ def _user_tools(environment: Any) -> list[Any] | None:
         return environment.get_user_tools()
     except Exception:
         return None
-
-
-def _score(simulation: SimulationRun, task: Task, domain: str) -> tuple[Any, list[str]]:
-    from toolorchestra.integrations.tau2.rescore import evaluate_offline
-
-    return evaluate_offline(simulation, task, domain, solo=False)
 
 
 def _failed_simulation(task: Task, trial: int, seed: int, duration: float) -> SimulationRun:
@@ -382,7 +372,7 @@ def _trajectory(
         "simulation_id": simulation.id,
         "duration_s": simulation.duration,
         "user_simulator": user.totals(),
-        "reward_breakdown": _breakdown(simulation),
+        "reward_breakdown": breakdown(simulation.reward_info) if simulation.reward_info is not None else {},
         "agent_cost_usd": simulation.agent_cost,
         "user_cost_usd": simulation.user_cost,
     }
@@ -404,13 +394,6 @@ def _trajectory(
         score_details=details,
         latency_s=agent.latency_s,
     )
-
-
-def _breakdown(simulation: SimulationRun) -> dict[str, float]:
-    info = simulation.reward_info
-    if info is None or not info.reward_breakdown:
-        return {}
-    return {getattr(key, "value", str(key)): value for key, value in info.reward_breakdown.items()}
 
 
 # ---- the output dir --------------------------------------------------------------------------------------
@@ -485,7 +468,10 @@ def run_tau2_eval(
     check_request(request)
     domain = request.domain
     where = f"--config {request.config}" if request.config else "the embedded default pool"
-    catalog = catalog or load_pool_catalog(request.config)
+    if catalog is None:
+        from toolorchestra.catalog import default_catalog, load_catalog
+
+        catalog = load_catalog(request.config) if request.config is not None else default_catalog()
     orchestrator = orchestrator_model(request.policy, catalog, where)
     experts = expert_labels(catalog, where)
     user = user_model(request.user_model, experts, catalog, where)
@@ -625,9 +611,8 @@ def _write_metrics(
     metrics["leaderboard_results"] = leaderboard_results(request.domain, metrics["pass_hat_k"])
     (request.out / METRICS).write_text(json.dumps(metrics, indent=2) + "\n")
     if trajectories and metrics["errors"] == len(trajectories):
-        listed = "; ".join(f"({index}) {error}" for index, error in enumerate(metrics["first_errors"], 1))
         raise EvalError(
             f"every simulation failed ({len(trajectories)} of {len(trajectories)}), so the rewards mean "
-            f"nothing. First errors: {listed}"
+            f"nothing. First errors: {format_errors(metrics['first_errors'])}"
         )
     return metrics

@@ -52,15 +52,10 @@ class TaskChoice:
     file_task_id: str
     task: Task | None
     notes: list[str] = field(default_factory=list)
-    identified_id: str | None = None  # the installed task the recorded checks fit, when unique
 
     @property
     def scored_task_id(self) -> str | None:
         return self.task.id if self.task is not None else None
-
-    @property
-    def relabelled(self) -> bool:
-        return self.task is not None and self.task.id != self.file_task_id
 
 
 def installed_tasks(domain: str) -> dict[str, Task]:
@@ -119,9 +114,9 @@ def choose_task(simulation: SimulationRun, tasks: dict[str, Task], mode: TaskIds
     identified = candidates[0]
     if mode is TaskIds.AUTO:
         note = f"task_id {file_id} relabelled as {identified.id}: the recorded checks are task {identified.id}'s"
-        return TaskChoice(file_id, identified, notes=[note], identified_id=identified.id)
+        return TaskChoice(file_id, identified, notes=[note])
     note = f"task_id {file_id} looks wrong: the recorded checks are task {identified.id}'s (--task-ids auto)"
-    return TaskChoice(file_id, labelled, notes=[note], identified_id=identified.id)
+    return TaskChoice(file_id, labelled, notes=[note])
 
 
 def task_differences(installed: Task, copy_in_file: Task | None) -> list[str]:

@@ -15,16 +15,13 @@ import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
+from pydantic import BaseModel, Field, create_model, model_validator
 
+from toolorchestra.integrations.verl import AGENT_NAME
 from toolorchestra.train import config as train
 
 AGENT_LOOP_CLASS = "toolorchestra.integrations.verl.agent_loop.OrchestratorAgentLoop"
 MANAGER_CLASS = "toolorchestra.integrations.verl.agent_loop.GroupRewardAgentLoopManager"
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 def _subset(model: type[BaseModel], names: tuple[str, ...], name: str, **extra: Any) -> type[BaseModel]:
@@ -32,7 +29,7 @@ def _subset(model: type[BaseModel], names: tuple[str, ...], name: str, **extra: 
     fields: dict[str, Any] = {
         field: (model.model_fields[field].annotation, model.model_fields[field]) for field in names
     }
-    return create_model(name, __base__=_Strict, **fields, **extra)
+    return create_model(name, __base__=train._Strict, **fields, **extra)
 
 
 if TYPE_CHECKING:
@@ -104,7 +101,7 @@ else:
     )
 
 
-class VerlSettings(_Strict):
+class VerlSettings(train._Strict):
     """verl-only settings: cluster shape, rollout engine, lengths verl pads to, logging, raw overrides."""
 
     nnodes: int = Field(1, ge=1)
@@ -124,7 +121,7 @@ class VerlSettings(_Strict):
     overrides: list[str] = Field(default_factory=list, description="raw Hydra overrides appended last")
 
 
-class VerlConfig(_Strict):
+class VerlConfig(train._Strict):
     seed: int = 0  # the sampler's seed in `verl prepare`, and verl's data shuffling seed
     data: VerlData = Field(default_factory=VerlData)
     model: VerlModel = Field(default_factory=VerlModel)
@@ -260,7 +257,7 @@ def hydra_overrides(
         f"actor_rollout_ref.rollout.gpu_memory_utilization={settings.gpu_memory_utilization}",
         "actor_rollout_ref.rollout.multi_turn.enable=True",
         f"actor_rollout_ref.rollout.agent.num_workers={settings.agent_num_workers}",
-        f"actor_rollout_ref.rollout.agent.default_agent_loop={_agent_name()}",
+        f"actor_rollout_ref.rollout.agent.default_agent_loop={AGENT_NAME}",
         f"+actor_rollout_ref.rollout.agent.agent_loop_manager_class={MANAGER_CLASS}",
         f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={config.actor.ppo_micro_batch_size}",
         f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={config.actor.ppo_micro_batch_size}",
@@ -277,12 +274,6 @@ def hydra_overrides(
         out.append(f"+toolorchestra.data_dir={env_data_dir}")
     out.append(f"+toolorchestra.model_name={_hydra_value(Path(str(values['model.path'])).name or 'orchestrator')}")
     return out + list(settings.overrides)
-
-
-def _agent_name() -> str:
-    from toolorchestra.integrations.verl import AGENT_NAME
-
-    return AGENT_NAME
 
 
 def _hydra_value(value: Any) -> str:

@@ -13,18 +13,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from toolorchestra.envs.base import Env
-from toolorchestra.train.config import LatencyConfig, RolloutConfig
+from toolorchestra.train.config import LatencyConfig, RolloutConfig, _Strict
 from toolorchestra.train.rollout import Episode, RolloutEngine, Sampler
 
 
-class EpisodeSettings(BaseModel):
+class EpisodeSettings(_Strict):
     """The episode knobs the agent loop reads from the verl config's `toolorchestra` section (written by
     `verl train`; names as in configs/train/)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     response_length: int = Field(96, ge=1, description="max new tokens per orchestrator turn")
     max_assistant_turns: int = Field(3, ge=1)

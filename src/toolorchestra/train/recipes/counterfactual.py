@@ -255,17 +255,12 @@ class CounterfactualRecipe:
             sort_keys=True,
         )
         if key not in self._outcomes:
+            algorithm = self.trainer.config.algorithm
             outcome = self._loop.run_until_complete(
-                label_outcomes(
-                    self.trainer.env,
-                    draw,
-                    self.trainer.config.algorithm.cost_floor,
-                    self.trainer.config.algorithm.cost_scale,
-                )
+                label_outcomes(self.trainer.env, draw, algorithm.cost_floor, algorithm.cost_scale)
             )
             if outcome is not None and self._outcome_model is not None:
                 p_correct = self._outcome_model.probabilities(draw.task, outcome.models)
-                algorithm = self.trainer.config.algorithm
                 weights = with_cost_floor(draw.preference.weights(), algorithm.cost_floor, algorithm.cost_scale)
                 outcome.targets = expected_group_rewards(outcome.features, p_correct, weights)
             self._outcomes[key] = outcome

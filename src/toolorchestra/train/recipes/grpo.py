@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from toolorchestra.reward import batch_advantages, group_rewards, reward_std, with_cost_floor
 from toolorchestra.train.grpo import pad_rows
-from toolorchestra.train.health import check_rollouts
+from toolorchestra.train.health import check_trajectories
 from toolorchestra.train.rollout import Episode
 from toolorchestra.train.sampler import PromptDraw
 
@@ -36,18 +36,17 @@ class GRPORecipe:
         saved_before = trainer.rollout.prefill_stats["prefill_tokens_saved"]
         with torch.no_grad():
             episodes = trainer.rollout.run(draws)
-        check_rollouts(episodes, trainer.global_step + 1)  # a broken env stops the run with its errors
+        # a broken env stops the run with its errors
+        check_trajectories([episode.trajectory for episode in episodes], trainer.global_step + 1)
         rollout_time = time.perf_counter() - started
         groups = [[episode for episode in episodes if episode.group == index] for index in range(len(draws))]
         rewards = [
             group_rewards(
                 [e.features() for e in group],
                 [e.correct for e in group],
-                with_cost_floor(
-                    draws[index].preference.weights(), config.algorithm.cost_floor, config.algorithm.cost_scale
-                ),
+                with_cost_floor(draw.preference.weights(), config.algorithm.cost_floor, config.algorithm.cost_scale),
             )
-            for index, group in enumerate(groups)
+            for draw, group in zip(draws, groups, strict=True)
         ]
         advantages = batch_advantages(rewards, config.algorithm.norm_adv_by_std)
         for group, group_rewards_, group_advantages_ in zip(groups, rewards, advantages, strict=True):
@@ -59,20 +58,17 @@ class GRPORecipe:
         update_started = time.perf_counter()
         update_metrics = self.update(kept) if kept else {}
         update_time = time.perf_counter() - update_started
-        metrics: dict[str, Any] = {}
-        metrics.update(_episode_metrics(episodes))
-        metrics.update(filter_metrics)
-        metrics.update(update_metrics)
         generated = sum(sum(episode.loss_mask) for episode in episodes)
-        metrics.update(
-            {
-                "generated_tokens": generated,
-                "prefill_tokens_saved": trainer.rollout.prefill_stats["prefill_tokens_saved"] - saved_before,
-                "rollout_time_s": rollout_time,
-                "update_time_s": update_time,
-                "tokens_per_s": generated / rollout_time if rollout_time > 0 else 0.0,
-            }
-        )
+        metrics: dict[str, Any] = {
+            **_episode_metrics(episodes),
+            **filter_metrics,
+            **update_metrics,
+            "generated_tokens": generated,
+            "prefill_tokens_saved": trainer.rollout.prefill_stats["prefill_tokens_saved"] - saved_before,
+            "rollout_time_s": rollout_time,
+            "update_time_s": update_time,
+            "tokens_per_s": generated / rollout_time if rollout_time > 0 else 0.0,
+        }
         if update_metrics.get("train_tokens"):
             metrics["train_tokens_per_s"] = update_metrics["train_tokens"] / max(update_time, 1e-9)
         return metrics, episodes

@@ -18,18 +18,17 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
-from toolorchestra.agent.engine import take_turn, try_each
+from toolorchestra.agent.engine import take_turn
 from toolorchestra.agent.trajectory import Step, Trajectory
 from toolorchestra.backends.base import ToolCall
 from toolorchestra.backends.toolcalls import render_tool_call
 from toolorchestra.envs.base import Task
 from toolorchestra.errors import TrainingError
-from toolorchestra.reward import group_rewards, trajectory_features, with_cost_floor
-from toolorchestra.tools.llm import AnswerTool
 from toolorchestra.train.grpo import pad_rows
+from toolorchestra.train.recipes.counterfactual import label_outcomes
 from toolorchestra.train.rollout import draw_messages
 from toolorchestra.train.sampler import PromptDraw
 
@@ -48,28 +47,10 @@ def build_examples(trainer: Trainer, errors: list[str] | None = None) -> list[Ex
 
 
 def build_answer_examples(trainer: Trainer, errors: list[str] | None = None) -> list[Example]:
-    """(token ids, loss mask) pairs of oracle answer calls. Uses a copy of the sampler's RNG state so the
-    GRPO prompt stream is the same with or without the warm start. The errors of the answer calls tried are
-    appended to `errors` when given."""
-    from toolorchestra.train.sampler import TaskSampler
-
-    sampler = TaskSampler(trainer.env, trainer.tasks, trainer.config.sampler, trainer.config.seed + 1)
-    renderer = trainer.renderer
-    examples = []
-    loop = asyncio.new_event_loop()
-    try:
-        for task in trainer.tasks[: trainer.config.sft.max_tasks]:
-            draw = sampler.draw(task)
-            call = loop.run_until_complete(_best_answer_call(trainer, draw, errors))
-            if call is None:
-                continue
-            messages = draw_messages(draw, trainer.config.data.max_question_chars)
-            prompt = renderer.prompt_ids(messages, [tool.schema() for tool in draw.tools])
-            target = renderer.encode(render_tool_call(call)) + [renderer.end_of_turn_id]
-            examples.append((prompt + target, [0] * len(prompt) + [1] * len(target)))
-    finally:
-        loop.close()
-    return examples
+    """(token ids, loss mask) pairs of oracle answer calls. The errors of the answer calls tried are appended
+    to `errors` when given."""
+    tasks = trainer.tasks[: trainer.config.sft.max_tasks]
+    return _collect(trainer, tasks, lambda draw: _answer_example(trainer, draw, errors))
 
 
 def build_gold_examples(trainer: Trainer, errors: list[str] | None = None) -> list[Example]:
@@ -78,10 +59,6 @@ def build_gold_examples(trainer: Trainer, errors: list[str] | None = None) -> li
     rollout engine renders an episode: the policy's calls carry loss mask 1, the prompt, the template text
     between turns and the tool outputs 0. A task whose gold action fails here gives no example (its error
     goes to `errors`)."""
-    from toolorchestra.envs.toolscale.tasks import gold_answer
-    from toolorchestra.train.sampler import TaskSampler
-
-    sampler = TaskSampler(trainer.env, trainer.tasks, trainer.config.sampler, trainer.config.seed + 1)
     # A seeded sample, not the first tasks: a toolscale split is ordered by domain.
     count = min(trainer.config.sft.max_tasks, len(trainer.tasks))
     rng = random.Random(trainer.config.seed)
@@ -90,22 +67,25 @@ def build_gold_examples(trainer: Trainer, errors: list[str] | None = None) -> li
         if trainer.config.sft.sample == "by_subtask"
         else rng.sample(trainer.tasks, count)
     )
+    with_gold = [task for task in tasks if isinstance(task.meta.get("gold_actions"), list)]
+    return _collect(trainer, with_gold, lambda draw: _gold_episode(trainer, draw, errors))
+
+
+def _collect(
+    trainer: Trainer, tasks: list[Task], example: Callable[[PromptDraw], Coroutine[Any, Any, Example | None]]
+) -> list[Example]:
+    """`example(draw)` of each task's draw, where it gives one. The draws come from a copy of the sampler's
+    RNG state, so the GRPO prompt stream is the same with or without the warm start."""
+    from toolorchestra.train.sampler import TaskSampler
+
+    sampler = TaskSampler(trainer.env, trainer.tasks, trainer.config.sampler, trainer.config.seed + 1)
     examples = []
     loop = asyncio.new_event_loop()
     try:
         for task in tasks:
-            actions = task.meta.get("gold_actions")
-            if not isinstance(actions, list):
-                continue
-            draw = sampler.draw(task)
-            calls = [
-                ToolCall(id=f"call_{turn}", name=str(action["name"]), arguments=dict(action["arguments"]))
-                for turn, action in enumerate(actions)
-            ]
-            calls.append(ToolCall(id=f"call_{len(actions)}", name="answer", arguments={"answer": gold_answer(task)}))
-            example = loop.run_until_complete(_gold_episode(trainer, draw, calls, errors))
-            if example is not None:
-                examples.append(example)
+            found = loop.run_until_complete(example(sampler.draw(task)))
+            if found is not None:
+                examples.append(found)
     finally:
         loop.close()
     return examples
@@ -126,11 +106,17 @@ def sample_by_subtask(tasks: list[Task], count: int, rng: random.Random) -> list
     return picked
 
 
-async def _gold_episode(
-    trainer: Trainer, draw: PromptDraw, calls: list[ToolCall], errors: list[str] | None
-) -> Example | None:
-    """Play the gold calls one per turn through the episode engine, rendering each turn as the rollout
+async def _gold_episode(trainer: Trainer, draw: PromptDraw, errors: list[str] | None) -> Example | None:
+    """Play the task's gold calls one per turn through the episode engine, rendering each turn as the rollout
     engine does."""
+    from toolorchestra.envs.toolscale.tasks import gold_answer
+
+    actions = draw.task.meta["gold_actions"]
+    calls = [
+        ToolCall(id=f"call_{turn}", name=str(action["name"]), arguments=dict(action["arguments"]))
+        for turn, action in enumerate(actions)
+    ]
+    calls.append(ToolCall(id=f"call_{len(actions)}", name="answer", arguments={"answer": gold_answer(draw.task)}))
     renderer = trainer.renderer
     tools = {tool.name: tool for tool in draw.tools}
     messages = draw_messages(draw, trainer.config.data.max_question_chars)
@@ -157,29 +143,28 @@ async def _gold_episode(
     return None
 
 
-async def _best_answer_call(trainer: Trainer, draw: PromptDraw, errors: list[str] | None = None) -> ToolCall | None:
-    answer = next((tool for tool in draw.tools if isinstance(tool, AnswerTool) and tool.labels), None)
-    if answer is None:
-        return None
-    calls = [ToolCall(id="call_0", name=answer.name, arguments={"model": label}) for label in answer.labels]
-    attempts = await try_each(trainer.env, draw.task, {answer.name: answer}, calls)
-    if errors is not None:
-        errors.extend(attempt.result.error for attempt in attempts if attempt.result.error)
-    correct = [attempt.correct for attempt in attempts]
-    if not any(correct):
-        return None
-    features = [trajectory_features(attempt.trajectory, attempt.correct) for attempt in attempts]
+async def _answer_example(trainer: Trainer, draw: PromptDraw, errors: list[str] | None) -> Example | None:
+    """The prompt and the best correct answer call of `draw` (None when no label is right)."""
     algorithm = trainer.config.algorithm
     # The RL stage's cost floor applies here too, so the warm start teaches the labels GRPO will reward.
-    weights = with_cost_floor(draw.preference.weights(), algorithm.cost_floor, algorithm.cost_scale)
-    rewards = group_rewards(features, correct, weights)
-    right = [index for index in range(len(calls)) if correct[index]]
-    top = max(rewards[index] for index in right)
-    tied = [index for index in right if rewards[index] >= top - 1e-12]
+    outcome = await label_outcomes(trainer.env, draw, algorithm.cost_floor, algorithm.cost_scale)
+    if outcome is None:
+        return None
+    if errors is not None:
+        errors.extend(outcome.errors)
+    right = [index for index, correct in enumerate(outcome.correct) if correct]
+    if not right:
+        return None
+    top = max(outcome.rewards[index] for index in right)
+    tied = [index for index in right if outcome.rewards[index] >= top - 1e-12]
     # With several equally good labels (e.g. all right under the accuracy preference) "first" would teach
     # "pick the first label in the table"; a random one (seeded by the task) teaches nothing spurious.
     best = tied[0] if trainer.config.sft.tie_break == "first" else random.Random(draw.task.id).choice(tied)
-    return calls[best]
+    renderer = trainer.renderer
+    messages = draw_messages(draw, trainer.config.data.max_question_chars)
+    prompt = renderer.prompt_ids(messages, [tool.schema() for tool in draw.tools])
+    target = renderer.encode(render_tool_call(outcome.call(best))) + [renderer.end_of_turn_id]
+    return prompt + target, [0] * len(prompt) + [1] * len(target)
 
 
 def run_sft(trainer: Trainer, on_step: Callable[[int, float], None] | None = None) -> dict[str, Any]:
