@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from toolorchestra.envs.toolscale.actions.shared import AMOUNT_SCHEMA, NOW, existing, money, new_key, positive_amount
-from toolorchestra.envs.toolscale.drafts import Draft, action, fact_text
+from toolorchestra.envs.toolscale.drafts import Draft, Drafter, action, fact_text
 from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema
 
 if TYPE_CHECKING:
@@ -376,32 +376,14 @@ def active_accounts(record: dict[str, Any]) -> list[dict[str, Any]]:
     return [a for a in (record.get("accounts") or {}).values() if a.get("status") == "active"]
 
 
-class BankDrafter:
+class BankDrafter(Drafter):
     """Drafts the action tasks of one authenticated client (gold: authenticate, the reads the policy asks
     for before a write, then the write; refusals stop after the reads, and their write must fail)."""
 
     def __init__(self, generator: Generator, client_id: str, record: dict[str, Any], email: str) -> None:
-        self.gen, self.rng, self.client_id, self.record, self.email = generator, generator.rng, client_id, record, email
-        self.owner = f"clients/{client_id}"
-        self.auth = action("find_client_id_by_email", email=email)
-
-    def draft(
-        self,
-        family: str,
-        request: str,
-        actions: list[dict[str, Any]],
-        refused: dict[str, Any] | None = None,
-        forbid: tuple[str, str, str] | None = None,
-    ) -> Draft:
-        forbidden = [{"name": forbid[0], "argument": forbid[1], "value": forbid[2]}] if forbid else []
-        return Draft(
-            family,
-            self.owner,
-            f"Hi, my email is {self.email}. {request}",
-            [self.auth, *actions],
-            forbidden=forbidden,
-            refused=[refused] if refused else [],
-        )
+        self.gen, self.rng, self.client_id, self.record = generator, generator.rng, client_id, record
+        self.owner, self.hello = f"clients/{client_id}", f"Hi, my email is {email}."
+        self.opening = (action("find_client_id_by_email", email=email),)
 
     def transfer_call(self, account: dict[str, Any], beneficiary_id: str, amount: float, method: str) -> dict[str, Any]:
         return action(
@@ -433,19 +415,11 @@ class BankDrafter:
                 f"{account['account_id']} to my beneficiary {name} ({beneficiary_id}) by {method}."
             )
 
-        forbid = ("initiate_transfer_to_beneficiary", "beneficiary_id", beneficiary_id)
         usable = beneficiary.get("status") == "active" and beneficiary["verification"].get("status") == "verified"
         if not usable:  # suspended, revoked or unverified: the policy forbids any transfer
             amount = round_amount(max(cap, 1.0), 0.2)
-            drafts = [
-                self.draft(
-                    "action_refusal",
-                    ask(amount),
-                    reads[:1],
-                    self.transfer_call(account, beneficiary_id, amount, method),
-                    forbid,
-                )
-            ]
+            call = self.transfer_call(account, beneficiary_id, amount, method)
+            drafts = [self.refuse(ask(amount), reads[:1], call, "beneficiary_id")]
             if beneficiary.get("status") == "active" and beneficiary["verification"].get("status") == "pending":
                 drafts.append(
                     self.draft(
@@ -467,11 +441,8 @@ class BankDrafter:
                 )
             )
         over = round_amount(cap * 1.5, 1.0) + 100  # above the limit or the available balance
-        drafts.append(
-            self.draft(
-                "action_refusal", ask(over), reads, self.transfer_call(account, beneficiary_id, over, method), forbid
-            )
-        )
+        call = self.transfer_call(account, beneficiary_id, over, method)
+        drafts.append(self.refuse(ask(over), reads, call, "beneficiary_id"))
         return drafts
 
     def loan_tasks(self, loan_id: str, loan: dict[str, Any]) -> list[Draft]:
@@ -492,9 +463,7 @@ class BankDrafter:
             from_account_id=account["account_id"],
             amount=amount,
         )
-        if amount <= float(account["balance"]["available"]):
-            return [self.draft("action_write", request, [*reads, pay])]
-        return [self.draft("action_refusal", request, reads, pay, ("make_loan_payment", "loan_id", loan_id))]
+        return [self.decide(amount <= float(account["balance"]["available"]), request, reads, pay, "loan_id")]
 
     def internal_tasks(self) -> list[Draft]:
         accounts = active_accounts(self.record)

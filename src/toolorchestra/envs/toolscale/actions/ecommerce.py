@@ -46,7 +46,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from toolorchestra.envs.toolscale.actions.shared import address_of, existing, money, write_spec
-from toolorchestra.envs.toolscale.drafts import Draft, action
+from toolorchestra.envs.toolscale.drafts import Draft, Drafter, action
 from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema
 
 if TYPE_CHECKING:
@@ -382,7 +382,7 @@ def address_text(address: dict[str, str]) -> str:
     return ", ".join(part for part in parts if part)
 
 
-class EcommerceDrafter:
+class EcommerceDrafter(Drafter):
     """Drafts for one account that can be authenticated unambiguously: by its email when no other account
     shares it, else by name + postal code when those are unique (the policy's second way)."""
 
@@ -390,27 +390,8 @@ class EcommerceDrafter:
         self, generator: Generator, account_key: str, record: dict[str, Any], auth: dict[str, Any], hello: str
     ) -> None:
         self.gen, self.rng, self.key, self.record = generator, generator.rng, account_key, record
-        self.auth, self.hello, self.owner = auth, hello, f"{ACCOUNTS}/{account_key}"
+        self.opening, self.hello, self.owner = (auth,), hello, f"{ACCOUNTS}/{account_key}"
         self.base = generator.domain.base
-
-    def draft(
-        self,
-        family: str,
-        request: str,
-        actions: list[dict[str, Any]],
-        refused: dict[str, Any] | None = None,
-        forbid: tuple[str, str] | None = None,
-    ) -> Draft:
-        """forbid: (tool, sale_ref) of a refused sale write; its argument is always sale_ref."""
-        forbidden = [{"name": forbid[0], "argument": "sale_ref", "value": forbid[1]}] if forbid else []
-        return Draft(
-            family,
-            self.owner,
-            f"{self.hello} {request}",
-            [self.auth, *actions],
-            forbidden=forbidden,
-            refused=[refused] if refused else [],
-        )
 
     def named(self, instrument_id: str) -> str:
         """How the user names an instrument: by its origin where it is one of theirs (gift card, paypal
@@ -474,9 +455,8 @@ class EcommerceDrafter:
         return [self.refusal(sale_ref, *make(sale_ref, sale)) for make in chosen]
 
     def refusal(self, sale_ref: str, request: str, call: dict[str, Any]) -> Draft:
-        return self.draft(
-            "action_refusal", request, [action("get_sale", sale_ref=sale_ref)], call, (call["name"], sale_ref)
-        )
+        """A refused sale write; its argument is always sale_ref."""
+        return self.refuse(request, [action("get_sale", sale_ref=sale_ref)], call, "sale_ref")
 
     def cancel_request(self, sale_ref: str, sale: dict[str, Any], whose: str = "my") -> tuple[str, dict[str, Any]]:
         reason = self.rng.choice(CANCEL_REASONS)

@@ -47,7 +47,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from toolorchestra.envs.toolscale.actions.shared import address_of, existing, money, positive_amount
-from toolorchestra.envs.toolscale.drafts import Draft, action, fact_text
+from toolorchestra.envs.toolscale.drafts import Draft, Drafter, action, fact_text
 from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema
 
 if TYPE_CHECKING:
@@ -319,42 +319,6 @@ def specs(domain: Domain) -> list[ToolSpec]:
 
 
 # --- tasks -----------------------------------------------------------------------------------------
-def ticket_tasks(
-    generator: Generator, owner: str, email: str, ref: str, record: dict[str, Any], instruments: list[str]
-) -> list[Draft]:
-    """Cancel (or a refusal when not placed) and, for half of the tickets, a tip."""
-    auth = action("find_guest_id_by_email", email=email)
-    read = action("get_ticket", ticket_ref=ref)
-    reason = generator.rng.choice(["ordered by mistake", "plans changed", "taking too long"])
-    cancel = action("cancel_ticket", ticket_ref=ref, reason=reason)
-    request = f"Hi, my email is {email}. Please cancel my ticket {ref}; the reason: {reason}."
-    if record.get("state") == "placed":
-        drafts = [Draft("action_write", owner, request, [auth, read, cancel])]
-    else:
-        drafts = [
-            Draft(
-                "action_refusal",
-                owner,
-                request,
-                [auth, read],
-                refused=[cancel],
-                forbidden=[{"name": "cancel_ticket", "argument": "ticket_ref", "value": ref}],
-            )
-        ]
-    if instruments and record.get("state") != "cancelled" and generator.rng.random() < 0.5:
-        amount, instrument = generator.rng.choice(TIP_AMOUNTS), generator.rng.choice(instruments)
-        drafts.append(
-            Draft(
-                "action_write",
-                owner,
-                f"Hi, my email is {email}. Please add a tip of {fact_text(amount)} "
-                f"to my ticket {ref}, charged to my saved instrument {instrument}.",
-                [auth, read, action("add_tip", ticket_ref=ref, amount=amount, instrument_ref=instrument)],
-            )
-        )
-    return drafts
-
-
 def address_text(address: dict[str, str]) -> str:
     """Labelled, quoted fields: the values hold commas ("Carrer de la Pau, 15"), so a plain list would be
     ambiguous and the agent could not rebuild the exact address."""
@@ -366,9 +330,10 @@ def table_text(table: dict[str, Any]) -> str:
     return f"zone '{table['zone']}', table '{table['table_no']}', {table['seat_count']} seats"
 
 
-class ModificationDrafter:
-    """Drafts of the "Modify placed ticket" actions for one ticket of a patron with a unique email: done where
-    the policy allows them, else refused (gold: the reads that show why, the failing call in `refused`)."""
+class TicketDrafter(Drafter):
+    """Drafts for one ticket of a patron with a unique email: its cancellation and tip (`ticket_tasks`), and
+    the "Modify placed ticket" actions (`tasks`); done where the policy allows them, else refused (gold: the
+    reads that show why, the failing call in `refused`)."""
 
     def __init__(self, generator: Generator, guest: str, email: str, ref: str, record: dict[str, Any]) -> None:
         self.rng, self.base, self.ref, self.record = generator.rng, generator.domain.base, ref, record
@@ -377,17 +342,22 @@ class ModificationDrafter:
         self.reads = [action("find_guest_id_by_email", email=email), action("get_ticket", ticket_ref=ref)]
         self.placed = record.get("state") == "placed"
 
-    def draft(self, request: str, reads: list[dict[str, Any]], call: dict[str, Any], allowed: bool) -> Draft:
-        if allowed:
-            return Draft("action_write", self.owner, f"{self.hello} {request}", [*reads, call])
-        return Draft(
-            "action_refusal",
-            self.owner,
-            f"{self.hello} {request}",
-            reads,
-            refused=[call],
-            forbidden=[{"name": call["name"], "argument": "ticket_ref", "value": self.ref}],
-        )
+    def ticket_tasks(self) -> list[Draft]:
+        """Cancel (or a refusal when not placed) and, for half of the tickets, a tip."""
+        reason = self.rng.choice(["ordered by mistake", "plans changed", "taking too long"])
+        cancel = action("cancel_ticket", ticket_ref=self.ref, reason=reason)
+        request = f"Please cancel my ticket {self.ref}; the reason: {reason}."
+        drafts = [self.decide(self.placed, request, self.reads, cancel, "ticket_ref")]
+        instruments = list(self.patron.get("saved_instruments") or {})
+        if instruments and self.record.get("state") != "cancelled" and self.rng.random() < 0.5:
+            amount, instrument = self.rng.choice(TIP_AMOUNTS), self.rng.choice(instruments)
+            tip = action("add_tip", ticket_ref=self.ref, amount=amount, instrument_ref=instrument)
+            request = (
+                f"Please add a tip of {fact_text(amount)} to my ticket {self.ref}, "
+                f"charged to my saved instrument {instrument}."
+            )
+            drafts.append(self.draft("action_write", request, [*self.reads, tip]))
+        return drafts
 
     def tasks(self) -> list[Draft]:
         mode, drafts = self.record.get("service_mode"), []
@@ -423,11 +393,12 @@ class ModificationDrafter:
         new = {name: chosen[name] for name in ADDRESS_FIELDS}
         request = f"Please deliver my ticket {self.ref} to this address instead: {address_text(new)}."
         return [
-            self.draft(
+            self.decide(
+                self.allowed("delivery"),
                 request,
                 self.reads,
                 action("modify_ticket_dropoff", ticket_ref=self.ref, **new),
-                self.allowed("delivery"),
+                "ticket_ref",
             )
         ]
 
@@ -447,22 +418,22 @@ class ModificationDrafter:
         zone, table_no, seats = self.rng.choice(tables)
         new = {"zone": zone, "table_no": table_no, "seat_count": seats}
         drafts = [
-            self.draft(
+            self.decide(
+                self.allowed("dine_in"),
                 f"For my ticket {self.ref}, please move us to {table_text(new)}.",
                 self.reads,
                 action("modify_ticket_table", ticket_ref=self.ref, **new),
-                self.allowed("dine_in"),
+                "ticket_ref",
             )
         ]
         if current and self.allowed("dine_in") and self.rng.random() < SEAT_SHARE:
             more = {**current, "seat_count": current["seat_count"] + self.rng.choice(SEATS_ADDED)}
             drafts.append(
                 self.draft(
+                    "action_write",
                     f"More friends are joining: for my ticket {self.ref}, please keep our table "
                     f"but make it {table_text(more)}.",
-                    self.reads,
-                    action("modify_ticket_table", ticket_ref=self.ref, **more),
-                    True,
+                    [*self.reads, action("modify_ticket_table", ticket_ref=self.ref, **more)],
                 )
             )
         return drafts
@@ -487,7 +458,9 @@ class ModificationDrafter:
             request = f"Please pay my ticket {self.ref} with my other card instead, instrument {new}."
         reads = [*self.reads, action("get_guest", guest_ref=self.record["guest_ref"])]
         return [
-            self.draft(request, reads, action("modify_ticket_payment", ticket_ref=self.ref, instrument_ref=new), False)
+            self.refuse(
+                request, reads, action("modify_ticket_payment", ticket_ref=self.ref, instrument_ref=new), "ticket_ref"
+            )
         ]
 
     def plate_tasks(self) -> list[Draft]:
@@ -534,7 +507,7 @@ class ModificationDrafter:
             new_plate_refs=[new],
             instrument_ref=instrument,
         )
-        return self.draft(request, reads, call, allowed)
+        return self.decide(allowed, request, reads, call, "ticket_ref")
 
 
 def patrons_by_email(generator: Generator) -> list[tuple[str, dict[str, Any], str]]:
@@ -552,13 +525,12 @@ def drafts(generator: Generator) -> list[Draft]:
     their random draws and numbering stay as they were) the ticket modifications."""
     tickets, found = generator.domain.base[TICKETS], []
     patrons = patrons_by_email(generator)
-    for guest, patron, email in patrons:
-        instruments = list(patron.get("saved_instruments") or {})
-        for ref, record in tickets.items():
-            if record.get("guest_ref") == guest:
-                found += ticket_tasks(generator, f"{PATRONS}/{guest}", email, ref, record, instruments)
     for guest, _, email in patrons:
         for ref, record in tickets.items():
             if record.get("guest_ref") == guest:
-                found += ModificationDrafter(generator, guest, email, ref, record).tasks()
+                found += TicketDrafter(generator, guest, email, ref, record).ticket_tasks()
+    for guest, _, email in patrons:
+        for ref, record in tickets.items():
+            if record.get("guest_ref") == guest:
+                found += TicketDrafter(generator, guest, email, ref, record).tasks()
     return found

@@ -38,7 +38,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from toolorchestra.envs.toolscale.actions.shared import AMOUNT_SCHEMA, existing, money, new_key, positive_amount
-from toolorchestra.envs.toolscale.drafts import Draft, action, fact_text
+from toolorchestra.envs.toolscale.drafts import Draft, Drafter, action, fact_text
 from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema
 
 if TYPE_CHECKING:
@@ -403,7 +403,7 @@ def method_text(method: dict[str, Any], methods: dict[str, Any]) -> str:
     return text if unique else f"{text} ({method['payment_method_id']})"
 
 
-class SchoolDrafter:
+class SchoolDrafter(Drafter):
     """Drafts for one student about their first registration: a cancellation, drops, adds, grading changes, a new
     registration for the other term, and refusals where the policy forbids the request."""
 
@@ -416,24 +416,6 @@ class SchoolDrafter:
         self.hello = f"Hi, I'm {record['name']['first_name']} {record['name']['last_name']}, student id {student_id}."
         self.methods = record.get("payment_methods") or {}
         self.lines = self.registration.get("courses") or []
-
-    def draft(
-        self,
-        family: str,
-        request: str,
-        actions: list[dict[str, Any]],
-        refused: dict[str, Any] | None = None,
-        forbid: tuple[str, str, str] | None = None,
-    ) -> Draft:
-        forbidden = [{"name": forbid[0], "argument": forbid[1], "value": forbid[2]}] if forbid else []
-        return Draft(
-            family,
-            self.owner,
-            f"{self.hello} {request}",
-            actions,
-            forbidden=forbidden,
-            refused=[refused] if refused else [],
-        )
 
     def mine(self) -> tuple[str, list[dict[str, Any]]]:
         """How the student names the registration, and the reads that find it (some don't know its id)."""
@@ -465,15 +447,9 @@ class SchoolDrafter:
         drafts = [self.draft("action_write", f"Please cancel {which} and refund my payments.", [*reads, call])]
         if others and self.rng.random() < 0.3:  # someone else's registration: the tool refuses it
             other = self.rng.choice(others)
-            drafts.append(
-                self.draft(
-                    "action_refusal",
-                    f"Please cancel registration {other}.",
-                    [action("get_registration", registration_id=other)],
-                    action("cancel_registration", student_id=self.student_id, registration_id=other),
-                    ("cancel_registration", "registration_id", other),
-                )
-            )
+            call = action("cancel_registration", student_id=self.student_id, registration_id=other)
+            read = action("get_registration", registration_id=other)
+            drafts.append(self.refuse(f"Please cancel registration {other}.", [read], call, "registration_id"))
         return drafts
 
     def drop_task(self) -> list[Draft]:
@@ -538,11 +514,7 @@ class SchoolDrafter:
         call = self.modify(
             add_courses=[{"course_id": added["course_id"], "grading_option": grading}], payment_id=payment_id
         )
-        if family == "action_write":
-            return self.draft(family, request, [*reads, call])
-        return self.draft(
-            family, request, reads, call, ("modify_registration", "registration_id", self.registration_id)
-        )
+        return self.decide(family == "action_write", request, reads, call, "registration_id")
 
     def insurance_task(self) -> list[Draft]:
         if self.rng.random() >= 0.4:
@@ -554,15 +526,7 @@ class SchoolDrafter:
             if wanted == "no"
             else f"Please add health insurance to {which}."
         )
-        return [
-            self.draft(
-                "action_refusal",
-                request,
-                reads,
-                self.modify(health_insurance=wanted),
-                ("modify_registration", "registration_id", self.registration_id),
-            )
-        ]
+        return [self.refuse(request, reads, self.modify(health_insurance=wanted), "registration_id")]
 
     def register_tasks(self) -> list[Draft]:
         """A registration for the other term: done right (half of the students), or (a quarter) paid only in
@@ -628,11 +592,7 @@ class SchoolDrafter:
             health_insurance=insurance,
             payments=payments,
         )
-        if refused:
-            return [
-                self.draft("action_refusal", request, reads, call, ("register_courses", "student_id", self.student_id))
-            ]
-        return [self.draft("action_write", request, [*reads, call])]
+        return [self.decide(not refused, request, reads, call, "student_id")]
 
 
 def drafts(generator: Generator) -> list[Draft]:
