@@ -57,6 +57,22 @@ class ToolSpec:
         return DomainTool(self, database)
 
 
+def write_spec(
+    name: str, description: str, parameters: dict[str, Any], handler: Any, collection: str, key_argument: str
+) -> ToolSpec:
+    """A write action: its description marked WRITE for the agent, and the collection and key argument
+    that name the record it changes (what refusals forbid)."""
+    return ToolSpec(
+        name,
+        f"WRITE. {description}",
+        parameters,
+        handler,
+        writes=True,
+        collection=collection,
+        key_argument=key_argument,
+    )
+
+
 class DomainTool(Tool):
     def __init__(self, spec: ToolSpec, database: Database) -> None:
         self.spec, self.database = spec, database
@@ -256,15 +272,7 @@ def set_status_tool(shape: CollectionShape, name: str, fixed: str | None = None)
 
     extra = {} if fixed else {"status": {"type": "string", "enum": shape.status_values}}
     what = f"Set the {shape.singular}'s status to {fixed!r}." if fixed else f"Set the {shape.singular}'s status."
-    return ToolSpec(
-        name,
-        f"WRITE. {what}",
-        id_schema(shape, extra),
-        handler,
-        writes=True,
-        collection=shape.name,
-        key_argument=key_argument(shape),
-    )
+    return write_spec(name, what, id_schema(shape, extra), handler, shape.name, key_argument(shape))
 
 
 def update_email_tool(shape: CollectionShape) -> ToolSpec:
@@ -281,14 +289,13 @@ def update_email_tool(shape: CollectionShape) -> ToolSpec:
         return {key_argument(shape): key, "old_email": read_path(record, email_path), "email": new_email}
 
     extra = {"email": {"type": "string", "minLength": 3, "description": "the new email"}}
-    return ToolSpec(
+    return write_spec(
         f"update_{shape.singular}_email",
-        f"WRITE. Change the {shape.singular}'s email ({email_path}).",
+        f"Change the {shape.singular}'s email ({email_path}).",
         id_schema(shape, extra),
         handler,
-        writes=True,
-        collection=shape.name,
-        key_argument=key_argument(shape),
+        shape.name,
+        key_argument(shape),
     )
 
 
@@ -339,4 +346,13 @@ def object_schema(required: dict[str, Any], optional: dict[str, Any] | None = No
     }
 
 
-__all__ = ["DomainTool", "ToolFailure", "ToolSpec", "derive_tools", "key_argument", "leaf_paths", "object_schema"]
+__all__ = [
+    "DomainTool",
+    "ToolFailure",
+    "ToolSpec",
+    "derive_tools",
+    "key_argument",
+    "leaf_paths",
+    "object_schema",
+    "write_spec",
+]

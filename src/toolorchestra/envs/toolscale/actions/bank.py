@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from toolorchestra.envs.toolscale.actions.shared import AMOUNT_SCHEMA, NOW, existing, money, new_key, positive_amount
 from toolorchestra.envs.toolscale.drafts import Draft, Drafter, action, fact_text
-from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema
+from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema, write_spec
 
 if TYPE_CHECKING:
     from toolorchestra.envs.toolscale.data import Database, Domain
@@ -283,56 +283,52 @@ ADDRESS = {
 def specs(domain: Domain) -> list[ToolSpec]:
     description = {"type": "string", "description": "optional; a default text is used when omitted"}
     return [
-        ToolSpec(
+        write_spec(
             "initiate_transfer_to_beneficiary",
-            "WRITE. Send money from the client's active account to an "
+            "Send money from the client's active account to an "
             "owned, active, verified beneficiary, within its per-transfer limit and the available balance.",
             object_schema(
                 {"client_id": ID, "from_account_id": ID, "beneficiary_id": ID, "amount": AMOUNT_SCHEMA},
                 {"method": {"enum": ["ACH", "Wire"]}, "description": description},
             ),
             transfer_to_beneficiary,
-            writes=True,
-            collection="beneficiaries",
-            key_argument="beneficiary_id",
+            "beneficiaries",
+            "beneficiary_id",
         ),
-        ToolSpec(
+        write_spec(
             "initiate_internal_transfer",
-            "WRITE. Move money between two active accounts of the same client "
+            "Move money between two active accounts of the same client "
             "(same currency; the source may not be a credit account).",
             object_schema(
                 {"client_id": ID, "from_account_id": ID, "to_account_id": ID, "amount": AMOUNT_SCHEMA},
                 {"description": description},
             ),
             internal_transfer,
-            writes=True,
-            collection="clients",
-            key_argument="client_id",
+            "clients",
+            "client_id",
         ),
-        ToolSpec(
+        write_spec(
             "make_loan_payment",
-            "WRITE. Pay the client's loan from one of the client's active accounts.",
+            "Pay the client's loan from one of the client's active accounts.",
             object_schema(
                 {"client_id": ID, "loan_id": ID, "from_account_id": ID, "amount": AMOUNT_SCHEMA},
                 {"method": {"enum": ["Internal", "ACH", "Wire"]}, "description": description},
             ),
             loan_payment,
-            writes=True,
-            collection="loans",
-            key_argument="loan_id",
+            "loans",
+            "loan_id",
         ),
-        ToolSpec(
+        write_spec(
             "verify_beneficiary",
-            "WRITE. Mark the client's own beneficiary as verified.",
+            "Mark the client's own beneficiary as verified.",
             object_schema({"client_id": ID, "beneficiary_id": ID}, {"method": TEXT}),
             verify_beneficiary,
-            writes=True,
-            collection="beneficiaries",
-            key_argument="beneficiary_id",
+            "beneficiaries",
+            "beneficiary_id",
         ),
-        ToolSpec(
+        write_spec(
             "add_beneficiary",
-            "WRITE. Create a beneficiary for the client (verification pending).",
+            "Create a beneficiary for the client (verification pending).",
             object_schema(
                 {
                     "client_id": ID,
@@ -357,9 +353,8 @@ def specs(domain: Domain) -> list[ToolSpec]:
                 },
             ),
             add_beneficiary,
-            writes=True,
-            collection="beneficiaries",
-            key_argument="beneficiary_id",
+            "beneficiaries",
+            "beneficiary_id",
         ),
     ]
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from toolorchestra.envs.toolscale.actions.shared import existing
 from toolorchestra.envs.toolscale.drafts import Draft, action
-from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema
+from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema, write_spec
 
 if TYPE_CHECKING:
     from toolorchestra.envs.toolscale.data import Database, Domain
@@ -115,29 +115,27 @@ def record_scoring_event(database: Database, arguments: dict[str, Any]) -> Any:
 def specs(domain: Domain) -> list[ToolSpec]:
     address = {name: TEXT for name in ADDRESS_FIELDS}
     return [
-        ToolSpec(
+        write_spec(
             "modify_player_address",
-            "WRITE. Replace the authenticated player's address (street, city, state, "
+            "Replace the authenticated player's address (street, city, state, "
             "country, zip); returns the updated player.",
             object_schema({"player_id": TEXT, **address}),
             modify_player_address,
-            writes=True,
-            collection=PLAYERS,
-            key_argument="player_id",
+            PLAYERS,
+            "player_id",
         ),
-        ToolSpec(
+        write_spec(
             "update_game_status",
-            "WRITE. Move a game to a new status along the allowed transitions: "
+            "Move a game to a new status along the allowed transitions: "
             "scheduled -> in_progress|postponed, postponed -> scheduled, in_progress -> final.",
             object_schema({"game_id": TEXT, "new_status": {"type": "string", "enum": list(STATUSES)}}),
             update_game_status,
-            writes=True,
-            collection=GAMES,
-            key_argument="game_id",
+            GAMES,
+            "game_id",
         ),
-        ToolSpec(
+        write_spec(
             "record_scoring_event",
-            "WRITE. Record a scoring event in an in_progress game (2PT=2, 3PT=3, FT=1 "
+            "Record a scoring event in an in_progress game (2PT=2, 3PT=3, FT=1 "
             "points) for its home or away club; appends it to scoring_history and updates the team score.",
             object_schema(
                 {
@@ -150,9 +148,8 @@ def specs(domain: Domain) -> list[ToolSpec]:
                 }
             ),
             record_scoring_event,
-            writes=True,
-            collection=GAMES,
-            key_argument="game_id",
+            GAMES,
+            "game_id",
         ),
     ]
 

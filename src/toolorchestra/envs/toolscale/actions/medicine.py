@@ -38,9 +38,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from toolorchestra.envs.toolscale.actions.shared import AMOUNT_SCHEMA, existing, money, positive_amount, write_spec
+from toolorchestra.envs.toolscale.actions.shared import AMOUNT_SCHEMA, existing, money, positive_amount
 from toolorchestra.envs.toolscale.drafts import Draft, action, fact_text
-from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema
+from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema, write_spec
 
 if TYPE_CHECKING:
     from toolorchestra.envs.toolscale.data import Database, Domain

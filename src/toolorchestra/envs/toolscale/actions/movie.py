@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from toolorchestra.envs.toolscale.actions.shared import existing, money, new_key
 from toolorchestra.envs.toolscale.drafts import Draft, Drafter, action
-from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema
+from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema, write_spec
 
 if TYPE_CHECKING:
     from toolorchestra.envs.toolscale.data import Database, Domain
@@ -377,10 +377,9 @@ def specs(domain: Domain) -> list[ToolSpec]:
             price_preview,
             collection=THEATERS,
         ),
-        ToolSpec(
+        write_spec(
             "create_booking",
-            "WRITE. Book available seats of a scheduled show; payments must sum exactly to "
-            "the grand total of price_preview.",
+            "Book available seats of a scheduled show; payments must sum exactly to the grand total of price_preview.",
             object_schema(
                 {
                     "theater_id": TEXT,
@@ -393,29 +392,25 @@ def specs(domain: Domain) -> list[ToolSpec]:
                 {"concessions": CONCESSIONS_SCHEMA, "special_requests": TEXT},
             ),
             create_booking,
-            writes=True,
-            collection=BOOKINGS,
-            key_argument="show_id",
+            BOOKINGS,
+            "show_id",
         ),
-        ToolSpec(
+        write_spec(
             "update_booking_seats",
-            "WRITE. Replace the seats of a confirmed booking (scheduled show); a higher "
+            "Replace the seats of a confirmed booking (scheduled show); a higher "
             "total needs one payment of exactly the difference, a lower one is refunded.",
             object_schema({**booking_id, "seats": SEATS_SCHEMA}, {"payment": PAYMENT_SCHEMA}),
             update_booking_seats,
-            writes=True,
-            collection=BOOKINGS,
-            key_argument="booking_id",
+            BOOKINGS,
+            "booking_id",
         ),
-        ToolSpec(
+        write_spec(
             "cancel_booking",
-            "WRITE. Cancel a confirmed or pending booking of a show that is not completed; "
-            "the full amount paid is refunded.",
+            "Cancel a confirmed or pending booking of a show that is not completed; the full amount paid is refunded.",
             object_schema(booking_id),
             cancel_booking,
-            writes=True,
-            collection=BOOKINGS,
-            key_argument="booking_id",
+            BOOKINGS,
+            "booking_id",
         ),
     ]
 

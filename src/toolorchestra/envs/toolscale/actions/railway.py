@@ -36,9 +36,9 @@ import math
 import re
 from typing import TYPE_CHECKING, Any
 
-from toolorchestra.envs.toolscale.actions.shared import existing, write_spec
+from toolorchestra.envs.toolscale.actions.shared import existing
 from toolorchestra.envs.toolscale.drafts import Draft, Drafter, action, fact_text
-from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema
+from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema, write_spec
 
 if TYPE_CHECKING:
     from toolorchestra.envs.toolscale.data import Database, Domain

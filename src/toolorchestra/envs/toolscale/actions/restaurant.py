@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 from toolorchestra.envs.toolscale.actions.shared import address_of, existing, money, positive_amount
 from toolorchestra.envs.toolscale.drafts import Draft, Drafter, action, fact_text
-from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema
+from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema, write_spec
 
 if TYPE_CHECKING:
     from toolorchestra.envs.toolscale.data import Database, Domain
@@ -255,65 +255,58 @@ def modify_plates(database: Database, arguments: dict[str, Any]) -> Any:
 def specs(domain: Domain) -> list[ToolSpec]:
     address = {name: TEXT for name in ADDRESS_FIELDS}
     return [
-        ToolSpec(
+        write_spec(
             "cancel_ticket",
-            "WRITE. Cancel a placed ticket; its payments are refunded to their instruments.",
+            "Cancel a placed ticket; its payments are refunded to their instruments.",
             object_schema({"ticket_ref": ID, "reason": {"type": "string", "minLength": 1}}),
             cancel_ticket,
-            writes=True,
-            collection=TICKETS,
-            key_argument="ticket_ref",
+            TICKETS,
+            "ticket_ref",
         ),
-        ToolSpec(
+        write_spec(
             "add_tip",
-            "WRITE. Add a tip (>= 0) to a ticket that is not cancelled, charged to a saved "
-            "instrument of the ticket's patron.",
+            "Add a tip (>= 0) to a ticket that is not cancelled, charged to a saved instrument of the ticket's patron.",
             object_schema({"ticket_ref": ID, "amount": {"type": "number", "minimum": 0}, "instrument_ref": ID}),
             add_tip,
-            writes=True,
-            collection=TICKETS,
-            key_argument="ticket_ref",
+            TICKETS,
+            "ticket_ref",
         ),
-        ToolSpec(
+        write_spec(
             "modify_ticket_dropoff",
-            "WRITE. Replace the dropoff address of a placed delivery ticket (all fields; line_two may be empty).",
+            "Replace the dropoff address of a placed delivery ticket (all fields; line_two may be empty).",
             object_schema({"ticket_ref": ID, **address}),
             modify_dropoff,
-            writes=True,
-            collection=TICKETS,
-            key_argument="ticket_ref",
+            TICKETS,
+            "ticket_ref",
         ),
-        ToolSpec(
+        write_spec(
             "modify_ticket_table",
-            "WRITE. Replace the table information of a placed dine-in ticket.",
+            "Replace the table information of a placed dine-in ticket.",
             object_schema(
                 {"ticket_ref": ID, "zone": TEXT, "table_no": TEXT, "seat_count": {"type": "integer", "minimum": 1}}
             ),
             modify_table,
-            writes=True,
-            collection=TICKETS,
-            key_argument="ticket_ref",
+            TICKETS,
+            "ticket_ref",
         ),
-        ToolSpec(
+        write_spec(
             "modify_ticket_payment",
-            "WRITE. Pay a placed ticket (exactly one payment) with another saved "
+            "Pay a placed ticket (exactly one payment) with another saved "
             "instrument of its patron: a new payment of the same total, a refund to the old instrument.",
             object_schema({"ticket_ref": ID, "instrument_ref": ID}),
             modify_payment,
-            writes=True,
-            collection=TICKETS,
-            key_argument="ticket_ref",
+            TICKETS,
+            "ticket_ref",
         ),
-        ToolSpec(
+        write_spec(
             "modify_ticket_plates",
-            "WRITE. Replace plates of a placed ticket with other plates of the same "
+            "Replace plates of a placed ticket with other plates of the same "
             "dish served today (lists aligned by position); the cost difference is charged or refunded to a "
             "saved instrument of the ticket's patron.",
             object_schema({"ticket_ref": ID, "plate_refs": PLATES, "new_plate_refs": PLATES, "instrument_ref": ID}),
             modify_plates,
-            writes=True,
-            collection=TICKETS,
-            key_argument="ticket_ref",
+            TICKETS,
+            "ticket_ref",
         ),
     ]
 

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from toolorchestra.envs.toolscale.actions.shared import AMOUNT_SCHEMA, existing, money, new_key, positive_amount
 from toolorchestra.envs.toolscale.drafts import Draft, Drafter, action, fact_text
-from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema
+from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema, write_spec
 
 if TYPE_CHECKING:
     from toolorchestra.envs.toolscale.data import Database, Domain
@@ -327,9 +327,9 @@ def specs(domain: Domain) -> list[ToolSpec]:
     who = {"student_id": TEXT, "registration_id": TEXT}
     rates = ", ".join(f"{level} {fact_text(rate)}" for level, rate in RATE_PER_CREDIT.items())
     return [
-        ToolSpec(
+        write_spec(
             "register_courses",
-            "WRITE. Register a student for courses of one term: courses open, no schedule "
+            "Register a student for courses of one term: courses open, no schedule "
             f"conflict; tuition per course = credits x rate per credit ({rates}); health insurance 'yes' adds "
             f"{fact_text(HEALTH_FEE)}; payments (saved payment methods) must sum exactly to the total due. "
             "Grading defaults to letter.",
@@ -348,13 +348,12 @@ def specs(domain: Domain) -> list[ToolSpec]:
                 }
             ),
             register_courses,
-            writes=True,
-            collection=REGISTRATIONS,
-            key_argument="student_id",
+            REGISTRATIONS,
+            "student_id",
         ),
-        ToolSpec(
+        write_spec(
             "modify_registration",
-            "WRITE. Add courses (same term, open; priced like register_courses), drop "
+            "Add courses (same term, open; priced like register_courses), drop "
             "courses and/or change grading options of a student's registration; no schedule conflict. A tuition "
             "increase is charged to payment_id (a saved payment method); a decrease is refunded as a negative "
             "amount (to payment_id if given, else the latest payment). Health insurance cannot change.",
@@ -374,19 +373,17 @@ def specs(domain: Domain) -> list[ToolSpec]:
                 },
             ),
             modify_registration,
-            writes=True,
-            collection=REGISTRATIONS,
-            key_argument="registration_id",
+            REGISTRATIONS,
+            "registration_id",
         ),
-        ToolSpec(
+        write_spec(
             "cancel_registration",
-            "WRITE. Cancel a student's registration: all courses dropped, every payment "
+            "Cancel a student's registration: all courses dropped, every payment "
             "refunded as a negative amount to its payment_id.",
             object_schema(who),
             cancel_registration,
-            writes=True,
-            collection=REGISTRATIONS,
-            key_argument="registration_id",
+            REGISTRATIONS,
+            "registration_id",
         ),
     ]
 

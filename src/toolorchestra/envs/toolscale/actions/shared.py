@@ -1,6 +1,7 @@
 """Helpers the domain policy actions share: the fixed episode clock, record lookups that fail as the agent
-should read them, new keys, amounts and write specs. A leaf below every `actions/<domain>.py`: it imports only
-the tool layer, so domain modules, the task generator and the action lookup never import one another in a circle.
+should read them, new keys, amounts and addresses (write specs are `tools.write_spec`). A leaf below every
+`actions/<domain>.py`: it imports only the tool layer, so domain modules, the task generator and the action
+lookup never import one another in a circle.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec
+from toolorchestra.envs.toolscale.tools import ToolFailure
 
 if TYPE_CHECKING:
     from toolorchestra.envs.toolscale.data import Database
@@ -55,22 +56,6 @@ def money(value: float) -> float:
     return round(value, 2)
 
 
-def write_spec(
-    name: str, description: str, parameters: dict[str, Any], handler: Any, collection: str, key_argument: str
-) -> ToolSpec:
-    """A policy write action: its description marked WRITE for the agent, and the collection and key argument
-    that name the record it changes (what refusals forbid)."""
-    return ToolSpec(
-        name,
-        f"WRITE. {description}",
-        parameters,
-        handler,
-        writes=True,
-        collection=collection,
-        key_argument=key_argument,
-    )
-
-
 def address_of(arguments: dict[str, Any], fields: Sequence[str], optional: Sequence[str]) -> dict[str, str]:
     """The address `fields` of a call, stripped; every field not in `optional` must be non-empty."""
     blank = [name for name in fields if name not in optional and not arguments[name].strip()]
@@ -84,4 +69,4 @@ def address_of(arguments: dict[str, Any], fields: Sequence[str], optional: Seque
 
 AMOUNT_SCHEMA = {"type": "number", "exclusiveMinimum": 0}
 
-__all__ = ["AMOUNT_SCHEMA", "NOW", "address_of", "existing", "money", "new_key", "positive_amount", "write_spec"]
+__all__ = ["AMOUNT_SCHEMA", "NOW", "address_of", "existing", "money", "new_key", "positive_amount"]

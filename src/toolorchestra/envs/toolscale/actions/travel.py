@@ -29,9 +29,9 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from toolorchestra.envs.toolscale.actions.shared import existing, money, write_spec
+from toolorchestra.envs.toolscale.actions.shared import existing, money
 from toolorchestra.envs.toolscale.drafts import Draft, Drafter, action, fact_text
-from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema
+from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema, write_spec
 
 if TYPE_CHECKING:
     from toolorchestra.envs.toolscale.data import Database, Domain
