@@ -36,9 +36,8 @@ class Drafter:
     prompt opens with their `hello`, every gold with the `opening` actions (the authentication, or the profile
     read)."""
 
-    owner: str
-    hello: str
-    opening: tuple[dict[str, Any], ...] = ()
+    def __init__(self, owner: str, hello: str, opening: Sequence[dict[str, Any]] = ()) -> None:
+        self.owner, self.hello, self.opening = owner, hello, opening
 
     def draft(
         self,

@@ -377,8 +377,9 @@ class BankDrafter(Drafter):
 
     def __init__(self, generator: Generator, client_id: str, record: dict[str, Any], email: str) -> None:
         self.gen, self.rng, self.client_id, self.record = generator, generator.rng, client_id, record
-        self.owner, self.hello = f"clients/{client_id}", f"Hi, my email is {email}."
-        self.opening = (action("find_client_id_by_email", email=email),)
+        super().__init__(
+            f"clients/{client_id}", f"Hi, my email is {email}.", [action("find_client_id_by_email", email=email)]
+        )
 
     def transfer_call(self, account: dict[str, Any], beneficiary_id: str, amount: float, method: str) -> dict[str, Any]:
         return action(

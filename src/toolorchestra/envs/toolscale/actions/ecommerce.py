@@ -390,7 +390,7 @@ class EcommerceDrafter(Drafter):
         self, generator: Generator, account_key: str, record: dict[str, Any], auth: dict[str, Any], hello: str
     ) -> None:
         self.gen, self.rng, self.key, self.record = generator, generator.rng, account_key, record
-        self.opening, self.hello, self.owner = (auth,), hello, f"{ACCOUNTS}/{account_key}"
+        super().__init__(f"{ACCOUNTS}/{account_key}", hello, [auth])
         self.base = generator.domain.base
 
     def named(self, instrument_id: str) -> str:

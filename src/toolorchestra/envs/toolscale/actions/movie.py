@@ -425,9 +425,8 @@ class MovieDrafter(Drafter):
 
     def __init__(self, generator: Generator, booking_id: str, record: dict[str, Any], email: str) -> None:
         self.gen, self.rng, self.booking_id, self.record = generator, generator.rng, booking_id, record
-        self.owner = f"{BOOKINGS}/{booking_id}"
         name = record["customer"]["name"]
-        self.hello = f"Hi, I'm {name['first_name']} {name['last_name']} ({email})."
+        super().__init__(f"{BOOKINGS}/{booking_id}", f"Hi, I'm {name['first_name']} {name['last_name']} ({email}).")
         self.database = generator.domain.new_database()  # read-only: availability and prices of the base
 
     def method(self) -> dict[str, Any]:

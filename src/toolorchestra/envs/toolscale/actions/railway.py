@@ -337,8 +337,9 @@ class RailwayDrafter(Drafter):
 
     def __init__(self, generator: Generator, user_id: str, record: dict[str, Any], email: str) -> None:
         self.gen, self.rng, self.user_id, self.record = generator, generator.rng, user_id, record
-        self.owner, self.hello = f"{USERS}/{user_id}", f"Hi, my email is {email}."
-        self.opening = (action("find_user_id_by_email", email=email),)
+        super().__init__(
+            f"{USERS}/{user_id}", f"Hi, my email is {email}.", [action("find_user_id_by_email", email=email)]
+        )
         self.profile = action("get_user", user_id=user_id)
         self.methods = record.get("payment_methods") or {}
 

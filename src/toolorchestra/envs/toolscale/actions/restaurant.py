@@ -330,7 +330,7 @@ class TicketDrafter(Drafter):
 
     def __init__(self, generator: Generator, guest: str, email: str, ref: str, record: dict[str, Any]) -> None:
         self.rng, self.base, self.ref, self.record = generator.rng, generator.domain.base, ref, record
-        self.owner, self.hello = f"{PATRONS}/{guest}", f"Hi, my email is {email}."
+        super().__init__(f"{PATRONS}/{guest}", f"Hi, my email is {email}.")
         self.patron = self.base[PATRONS][guest]
         self.reads = [action("find_guest_id_by_email", email=email), action("get_ticket", ticket_ref=ref)]
         self.placed = record.get("state") == "placed"

@@ -409,8 +409,10 @@ class SchoolDrafter(Drafter):
         self.catalog = generator.domain.base[COURSES]
         self.registration_id = registration_id
         self.registration = generator.domain.base[REGISTRATIONS][registration_id]
-        self.owner = f"{STUDENTS}/{student_id}"
-        self.hello = f"Hi, I'm {record['name']['first_name']} {record['name']['last_name']}, student id {student_id}."
+        name = record["name"]
+        super().__init__(
+            f"{STUDENTS}/{student_id}", f"Hi, I'm {name['first_name']} {name['last_name']}, student id {student_id}."
+        )
         self.methods = record.get("payment_methods") or {}
         self.lines = self.registration.get("courses") or []
 

@@ -275,8 +275,8 @@ class TravelDrafter(Drafter):
     def __init__(self, generator: Generator, traveler_id: str, record: dict[str, Any]) -> None:
         self.gen, self.rng, self.traveler_id, self.record = generator, generator.rng, traveler_id, record
         self.base = generator.domain.base
-        self.owner, self.hello = f"{TRAVELERS}/{traveler_id}", f"Hi, my traveler id is {traveler_id}."
-        self.opening = (action("get_traveler", traveler_id=traveler_id),)
+        hello = f"Hi, my traveler id is {traveler_id}."
+        super().__init__(f"{TRAVELERS}/{traveler_id}", hello, [action("get_traveler", traveler_id=traveler_id)])
         self.methods = list(record.get("payment_methods") or {})
 
     def call(self, name: str, booking: dict[str, Any], **arguments: Any) -> dict[str, Any]:
