@@ -31,7 +31,7 @@ from toolorchestra.envs.base import Task
 from toolorchestra.envs.toolscale.actions import action_drafts, domain_specs
 from toolorchestra.envs.toolscale.data import CollectionShape, Domain, leaf_paths, read_path
 from toolorchestra.envs.toolscale.drafts import Draft, action, fact_text
-from toolorchestra.envs.toolscale.tools import DomainTool, ToolSpec, derive_tools, key_argument
+from toolorchestra.envs.toolscale.tools import derive_tools, key_argument
 
 BASE_FAMILIES = ("lookup", "single_write", "multi_write", "refusal", "error_first")
 ACTION_FAMILIES = ("action_write", "action_refusal")
@@ -318,19 +318,14 @@ class Generator:
         return drafts
 
 
-def bind_tools(specs: list[ToolSpec], domain: Domain) -> dict[str, DomainTool]:
-    database = domain.new_database()
-    return {spec.name: spec.bind(database) for spec in specs}
-
-
 def execute(domain: Domain, actions: list[dict[str, Any]]) -> tuple[list[Any], str]:
     """Run actions through freshly bound tools; returns the results and the final database digest."""
-    tools = bind_tools(domain_specs(domain), domain)
+    database = domain.new_database()
+    tools = {spec.name: spec.bind(database) for spec in domain_specs(domain)}
     results = []
     for call in actions:
         tool = tools.get(call["name"])
         results.append(tool.call(call.get("arguments") or {}) if tool else None)
-    database = next(iter(tools.values())).database
     return results, database.digest()
 
 
