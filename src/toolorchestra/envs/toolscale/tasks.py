@@ -105,6 +105,15 @@ class Generator:
             return None
         return email
 
+    def by_email(self, collection: str) -> list[tuple[str, dict[str, Any], str]]:
+        """(key, record, email) of the records of `collection` whose email authenticates them unambiguously."""
+        shape = self.shapes[collection]
+        return [
+            (key, record, email)
+            for key, record in self.domain.base[collection].items()
+            if (email := self.unique_email(shape, key))
+        ]
+
     def new_email(self, old: str) -> str:
         local = old.split("@")[0]
         return f"{local}.{self.rng.randint(100, 999)}@mail.example.org"

@@ -131,11 +131,6 @@ def locate(database: Database, shape: CollectionShape, arguments: dict[str, Any]
     raise ToolFailure(f"no {shape.singular} with {key_argument(shape)} {key!r}")
 
 
-def require_record(database: Database, shape: CollectionShape, arguments: dict[str, Any]) -> tuple[str, dict]:
-    located = locate(database, shape, arguments)
-    return arguments[key_argument(shape)], located.record
-
-
 def id_schema(shape: CollectionShape, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     properties = {
         key_argument(shape): {
@@ -150,7 +145,7 @@ def id_schema(shape: CollectionShape, extra: dict[str, Any] | None = None) -> di
 
 def get_tool(shape: CollectionShape) -> ToolSpec:
     def handler(database: Database, arguments: dict[str, Any]) -> Any:
-        return require_record(database, shape, arguments)[1]
+        return locate(database, shape, arguments).record
 
     return ToolSpec(
         f"get_{shape.singular}",
@@ -281,7 +276,7 @@ def update_email_tool(shape: CollectionShape) -> ToolSpec:
     email_path = shape.email_path
 
     def handler(database: Database, arguments: dict[str, Any]) -> Any:
-        key, record = require_record(database, shape, arguments)
+        key, record = arguments[key_argument(shape)], locate(database, shape, arguments).record
         new_email = arguments["email"].strip()
         if "@" not in new_email or new_email.startswith("@") or new_email.endswith("@"):
             raise ToolFailure(f"invalid argument email: {new_email!r} is not an email address")

@@ -532,13 +532,10 @@ def drafts(generator: Generator) -> list[Draft]:
     """Per authenticated client: transfers to beneficiaries, loan payments, an internal transfer, a
     beneficiary verification and (for a third of the clients) a new beneficiary; refusals where the
     policy forbids the request."""
-    base, clients = generator.domain.base, generator.shapes["clients"]
+    base = generator.domain.base
     beneficiaries = list(base["beneficiaries"].values())
     found: list[Draft] = []
-    for client_id, record in base["clients"].items():
-        email = generator.unique_email(clients, client_id)
-        if not email:
-            continue
+    for client_id, record, email in generator.by_email("clients"):
         drafter = BankDrafter(generator, client_id, record, email)
         for key, beneficiary in base["beneficiaries"].items():
             if beneficiary.get("client_id") == client_id:

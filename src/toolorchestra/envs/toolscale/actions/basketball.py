@@ -160,8 +160,7 @@ class BasketballDrafter:
 
     def __init__(self, generator: Generator) -> None:
         self.gen, self.rng, self.base = generator, generator.rng, generator.domain.base
-        shape = generator.shapes[PLAYERS]
-        self.emails = {key: email for key in self.base[PLAYERS] if (email := generator.unique_email(shape, key))}
+        self.emails = {key: email for key, _, email in generator.by_email(PLAYERS)}
         self.players_of: dict[str, list[str]] = {}
         for key in self.emails:
             for game_id in self.base[PLAYERS][key].get("games") or []:

@@ -574,13 +574,9 @@ def drafts(generator: Generator) -> list[Draft]:
     """Per customer with a unique email: a cancellation, seat changes (move, drop one, change a ticket type,
     a booked seat refused)
     and two new bookings (some asking for a booked seat, refused)."""
-    shape, base = generator.shapes[BOOKINGS], generator.domain.base
     shows = all_shows(generator.domain.new_database())
     found: list[Draft] = []
-    for booking_id, record in base[BOOKINGS].items():
-        email = generator.unique_email(shape, booking_id)
-        if not email:
-            continue
+    for booking_id, record, email in generator.by_email(BOOKINGS):
         drafter = MovieDrafter(generator, booking_id, record, email)
         found += drafter.cancel_task()
         found += drafter.seat_tasks()

@@ -475,12 +475,8 @@ def drafts(generator: Generator) -> list[Draft]:
     already cancelled) and, unless cancelled, for some a bags/bikes change (refused for a wallet short of the
     charge or another profile's card) and a passenger fix (refused when adding a passenger); per user a wallet
     top-up (refused for cents) and, for some, another user's reservation to cancel (refused)."""
-    base, users = generator.domain.base, generator.shapes[USERS]
-    found: list[Draft] = []
-    for user_id, record in base[USERS].items():
-        email = generator.unique_email(users, user_id)
-        if not email:
-            continue
+    base, found = generator.domain.base, []
+    for user_id, record, email in generator.by_email(USERS):
         drafter = RailwayDrafter(generator, user_id, record, email)
         for key, reservation in base[RESERVATIONS].items():
             if reservation.get("user_id") != user_id:

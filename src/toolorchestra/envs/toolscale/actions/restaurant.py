@@ -503,21 +503,11 @@ class TicketDrafter(Drafter):
         return self.decide(allowed, request, reads, call, "ticket_ref")
 
 
-def patrons_by_email(generator: Generator) -> list[tuple[str, dict[str, Any], str]]:
-    """(guest_ref, patron, email) of the patrons whose email authenticates them unambiguously."""
-    shape, found = generator.shapes[PATRONS], []
-    for guest, patron in generator.domain.base[PATRONS].items():
-        email = generator.unique_email(shape, guest)
-        if email:
-            found.append((guest, patron, email))
-    return found
-
-
 def drafts(generator: Generator) -> list[Draft]:
     """Per ticket of a patron with a unique email: a cancellation and some tips, then (after all of those, so
     their random draws and numbering stay as they were) the ticket modifications."""
     tickets, found = generator.domain.base[TICKETS], []
-    patrons = patrons_by_email(generator)
+    patrons = generator.by_email(PATRONS)
     for guest, _, email in patrons:
         for ref, record in tickets.items():
             if record.get("guest_ref") == guest:
