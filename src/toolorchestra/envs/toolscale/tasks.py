@@ -81,7 +81,6 @@ class Generator:
         """stream names an extra random stream (the action families use their own, "actions")."""
         self.domain, self.rng = domain, random.Random(f"{seed}:{domain.name}" + (f":{stream}" if stream else ""))
         self.shapes = domain.shapes
-        self.people = [shape for shape in self.shapes.values() if shape.email_path]
         # the derived tools only: the refusals' forbidden writes must not change when actions are added
         self.specs = {spec.name: spec for spec in derive_tools(domain.shapes, domain.nested)}
         self.status_targets = self.find_status_targets()

@@ -45,7 +45,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from toolorchestra.envs.toolscale.actions.shared import address_of, existing, money
+from toolorchestra.envs.toolscale.actions.shared import address_of, existing, money, pick_entries
 from toolorchestra.envs.toolscale.drafts import Draft, Drafter, action
 from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema, write_spec
 
@@ -125,18 +125,9 @@ def refund_timing(database: Database, account_key: str, instrument_id: str | Non
 
 def sale_lines(record: dict[str, Any], skus: list[str], argument: str) -> list[dict[str, Any]]:
     """One line of the sale per listed sku (duplicates are quantities): all must be in the sale."""
-    held = Counter(line.get("unit_sku") for line in record.get("lines") or [])
-    for sku, count in Counter(skus).items():
-        if held[sku] < count:
-            have = f"only {held[sku]}" if held[sku] else "none"
-            raise ToolFailure(
-                f"invalid argument {argument}: {count} x {sku!r} requested but sale "
-                f"{record['sale_ref']!r} has {have}; the items must exist in the sale"
-            )
-    pools: dict[str, list[dict[str, Any]]] = {}
-    for line in record.get("lines") or []:
-        pools.setdefault(line.get("unit_sku"), []).append(line)
-    return [pools[sku].pop(0) for sku in skus]
+    lines, sale = record.get("lines") or [], f"sale {record['sale_ref']!r}"
+    picked = pick_entries(lines, "unit_sku", skus, argument, sale, "the items must exist in the sale")
+    return [lines[index] for index in picked]
 
 
 def payments(record: dict[str, Any]) -> list[dict[str, Any]]:

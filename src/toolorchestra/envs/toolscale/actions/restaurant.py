@@ -43,10 +43,9 @@ asked for.
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from toolorchestra.envs.toolscale.actions.shared import address_of, existing, money, positive_amount
+from toolorchestra.envs.toolscale.actions.shared import address_of, existing, money, pick_entries, positive_amount
 from toolorchestra.envs.toolscale.drafts import Draft, Drafter, action, fact_text
 from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema, write_spec
 
@@ -113,19 +112,8 @@ def plate_of(database: Database, plate_ref: str) -> tuple[str, dict[str, Any]] |
 
 def ticket_lines(record: dict[str, Any], plate_refs: list[str]) -> list[int]:
     """The index of one line entry per listed plate (duplicates are identical plates ordered more than once)."""
-    entries = record.get("line_entries") or []
-    held = Counter(entry.get("plate_ref") for entry in entries)
-    for plate_ref, count in Counter(plate_refs).items():
-        if held[plate_ref] < count:
-            have = f"only {held[plate_ref]}" if held[plate_ref] else "none"
-            raise ToolFailure(
-                f"invalid argument plate_refs: {count} x {plate_ref!r} requested but ticket "
-                f"{record['ticket_ref']!r} has {have}; the plates must be on the ticket"
-            )
-    pools: dict[str, list[int]] = {}
-    for index, entry in enumerate(entries):
-        pools.setdefault(entry.get("plate_ref"), []).append(index)
-    return [pools[plate_ref].pop(0) for plate_ref in plate_refs]
+    ticket, rule = f"ticket {record['ticket_ref']!r}", "the plates must be on the ticket"
+    return pick_entries(record.get("line_entries") or [], "plate_ref", plate_refs, "plate_refs", ticket, rule)
 
 
 def replacement(database: Database, entry: dict[str, Any], new_ref: str) -> dict[str, Any]:

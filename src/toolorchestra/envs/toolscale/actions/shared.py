@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +53,24 @@ def positive_amount(arguments: dict[str, Any], name: str = "amount", allow_zero:
     return float(value)
 
 
+def pick_entries(
+    entries: list[dict[str, Any]], field: str, wanted: list[str], argument: str, holder: str, rule: str
+) -> list[int]:
+    """The index of one entry per value of `field` that argument `argument` lists (`wanted`; a value listed twice
+    takes two entries). Where `holder` (e.g. "sale 'S1'") has too few: a ToolFailure that ends with `rule`."""
+    held = Counter(entry.get(field) for entry in entries)
+    for value, count in Counter(wanted).items():
+        if held[value] < count:
+            have = f"only {held[value]}" if held[value] else "none"
+            raise ToolFailure(
+                f"invalid argument {argument}: {count} x {value!r} requested but {holder} has {have}; {rule}"
+            )
+    pools: dict[Any, list[int]] = {}
+    for index, entry in enumerate(entries):
+        pools.setdefault(entry.get(field), []).append(index)
+    return [pools[value].pop(0) for value in wanted]
+
+
 def money(value: float) -> float:
     return round(value, 2)
 
@@ -69,4 +88,4 @@ def address_of(arguments: dict[str, Any], fields: Sequence[str], optional: Seque
 
 AMOUNT_SCHEMA = {"type": "number", "exclusiveMinimum": 0}
 
-__all__ = ["AMOUNT_SCHEMA", "NOW", "address_of", "existing", "money", "new_key", "positive_amount"]
+__all__ = ["AMOUNT_SCHEMA", "NOW", "address_of", "existing", "money", "new_key", "pick_entries", "positive_amount"]
