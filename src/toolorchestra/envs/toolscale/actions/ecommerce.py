@@ -384,6 +384,9 @@ class EcommerceDrafter(Drafter):
         super().__init__(f"{ACCOUNTS}/{account_key}", hello, [auth])
         self.base = generator.domain.base
 
+    def call(self, name: str, sale_ref: str, **arguments: Any) -> dict[str, Any]:
+        return action(name, account_key=self.key, sale_ref=sale_ref, **arguments)
+
     def named(self, instrument_id: str) -> str:
         """How the user names an instrument: by its origin where it is one of theirs (gift card, paypal
         account, credit card), else by its id alone."""
@@ -453,14 +456,14 @@ class EcommerceDrafter(Drafter):
         reason = self.rng.choice(CANCEL_REASONS)
         return (
             f"Please cancel {whose} order {sale_ref}; the reason: {reason}.",
-            action("cancel_pending_sale", account_key=self.key, sale_ref=sale_ref, reason=reason),
+            self.call("cancel_pending_sale", sale_ref, reason=reason),
         )
 
     def delivery_request(self, sale_ref: str, sale: dict[str, Any], whose: str = "my") -> tuple[str, dict[str, Any]]:
         new = self.new_address(sale.get("delivery") or {})
         return (
             f"Please send {whose} order {sale_ref} to {address_text(new)} instead.",
-            action("modify_pending_sale_address", account_key=self.key, sale_ref=sale_ref, **new),
+            self.call("modify_pending_sale_address", sale_ref, **new),
         )
 
     def payment_request(self, sale_ref: str, sale: dict[str, Any], whose: str = "my") -> tuple[str, dict[str, Any]]:
@@ -468,7 +471,7 @@ class EcommerceDrafter(Drafter):
         instrument = f"GC-{self.key}"
         return (
             f"Please pay for {whose} order {sale_ref} with my gift card {instrument} instead of my card.",
-            action("modify_pending_sale_payment", account_key=self.key, sale_ref=sale_ref, instrument_id=instrument),
+            self.call("modify_pending_sale_payment", sale_ref, instrument_id=instrument),
         )
 
     def return_request(self, sale_ref: str, sale: dict[str, Any], whose: str = "my") -> tuple[str, dict[str, Any]]:
@@ -478,16 +481,7 @@ class EcommerceDrafter(Drafter):
             f"Please return everything in {whose} order {sale_ref} ({', '.join(skus)}), refunded to "
             f"{self.named(instrument)}, which it was paid with."
         )
-        return (
-            request,
-            action(
-                "return_delivered_sale_items",
-                account_key=self.key,
-                sale_ref=sale_ref,
-                unit_skus=skus,
-                instrument_id=instrument,
-            ),
-        )
+        return request, self.call("return_delivered_sale_items", sale_ref, unit_skus=skus, instrument_id=instrument)
 
     def exchange_request(
         self, sale_ref: str, sale: dict[str, Any], whose: str = "my", other_group: bool = False
@@ -507,21 +501,24 @@ class EcommerceDrafter(Drafter):
             ]
         new = self.rng.choice(others)
         instrument = (payments(sale) or [{}])[0].get("instrument_id") or f"GC-{self.key}"
+        return self.exchange(sale_ref, line.get("unit_sku"), new, instrument, whose)
+
+    def exchange(
+        self, sale_ref: str, sku: Any, new: str, instrument: str, whose: str = "my"
+    ) -> tuple[str, dict[str, Any]]:
+        """The request to exchange one unit of `sku` for `new`, and its call."""
         request = (
-            f"Please exchange the item {line.get('unit_sku')} of {whose} order {sale_ref} for {new}; use "
+            f"Please exchange the item {sku} of {whose} order {sale_ref} for {new}; use "
             f"{self.named(instrument)} for any difference."
         )
-        return (
-            request,
-            action(
-                "exchange_delivered_sale_items",
-                account_key=self.key,
-                sale_ref=sale_ref,
-                unit_skus_old=[line.get("unit_sku")],
-                unit_skus_new=[new],
-                instrument_id=instrument,
-            ),
+        call = self.call(
+            "exchange_delivered_sale_items",
+            sale_ref,
+            unit_skus_old=[sku],
+            unit_skus_new=[new],
+            instrument_id=instrument,
         )
+        return request, call
 
     def delivered_tasks(self, sale_ref: str, sale: dict[str, Any]) -> list[Draft]:
         """A return of everything (a write), an exchange within the group where one exists (a write), a
@@ -538,24 +535,8 @@ class EcommerceDrafter(Drafter):
         if swappable:
             line, new = self.rng.choice(swappable)
             instrument = next(iter(self.record.get("funding_sources") or {}))
-            drafts.append(
-                self.draft(
-                    "action_write",
-                    f"Please exchange the item {line['unit_sku']} of my order "
-                    f"{sale_ref} for {new}; use {self.named(instrument)} for any difference.",
-                    [
-                        read,
-                        action(
-                            "exchange_delivered_sale_items",
-                            account_key=self.key,
-                            sale_ref=sale_ref,
-                            unit_skus_old=[line["unit_sku"]],
-                            unit_skus_new=[new],
-                            instrument_id=instrument,
-                        ),
-                    ],
-                )
-            )
+            asked, swap = self.exchange(sale_ref, line["unit_sku"], new, instrument)
+            drafts.append(self.draft("action_write", asked, [read, swap]))
         sku = self.rng.choice(sale.get("lines") or [{}]).get("unit_sku")
         held = sum(line.get("unit_sku") == sku for line in sale.get("lines") or [])
         too_many = [sku] * (held + 1)
@@ -565,13 +546,7 @@ class EcommerceDrafter(Drafter):
                 sale_ref,
                 f"Please return {held + 1} units of {sku} from my order {sale_ref}, "
                 f"refunded to {self.named(instrument)}.",
-                action(
-                    "return_delivered_sale_items",
-                    account_key=self.key,
-                    sale_ref=sale_ref,
-                    unit_skus=too_many,
-                    instrument_id=instrument,
-                ),
+                self.call("return_delivered_sale_items", sale_ref, unit_skus=too_many, instrument_id=instrument),
             )
         )
         drafts.append(self.refusal(sale_ref, *self.exchange_request(sale_ref, sale, other_group=True)))
