@@ -301,21 +301,13 @@ def update_booking_seats(database: Database, arguments: dict[str, Any]) -> Any:
     elif delta < 0:
         history.append(payment_entry(entry_id, delta, history[0]["method"] if history else {"source": "cash"}))
     old_totals = record.get("totals") or {}
+    parts = {"tickets_subtotal": "price", "fees_total": "convenience_fee", "tax_total": "tax"}  # total -> seat field
     new_totals = {
         **old_totals,
-        "tickets_subtotal": money(
-            old_totals.get("tickets_subtotal", 0)
-            + sum(s["price"] for s in seats)
-            - sum(s["price"] for s in old.values())
-        ),
-        "fees_total": money(
-            old_totals.get("fees_total", 0)
-            + sum(s["convenience_fee"] for s in seats)
-            - sum(s["convenience_fee"] for s in old.values())
-        ),
-        "tax_total": money(
-            old_totals.get("tax_total", 0) + sum(s["tax"] for s in seats) - sum(s["tax"] for s in old.values())
-        ),
+        **{
+            total: money(old_totals.get(total, 0) + sum(s[part] for s in seats) - sum(s[part] for s in old.values()))
+            for total, part in parts.items()
+        },
         "grand_total": money(old_totals.get("grand_total", 0) + delta),
         "amount_paid": money(old_totals.get("amount_paid", 0) + delta),
     }
