@@ -63,6 +63,17 @@ class ReplayData:
     dropped: dict[str, int] = field(default_factory=dict)  # split -> prompts left out for missing cells
 
 
+def shown_prices(data: ReplayData) -> dict[str, float]:
+    """Each model's per-call price in the orchestrator's price table where calls are charged their recorded
+    cost: its mean cost on the train split (test when train is empty), to 2 significant digits."""
+    tasks = data.tasks["train"] or data.tasks["test"]
+    mean = {
+        model: sum(data.records[task.id][model].cost_usd or 0.0 for task in tasks) / max(len(tasks), 1)
+        for model in data.models
+    }
+    return {model: float(f"{cost:.2g}") for model, cost in mean.items()}
+
+
 def answer_identity(text: str) -> str:
     """The form in which a final answer is compared with recorded responses."""
     return " ".join(strip_special_tokens(text).split())

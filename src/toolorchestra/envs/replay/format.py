@@ -302,7 +302,7 @@ class LoadedWorld:
 
 def load_world(source: WorldSource, world: str) -> LoadedWorld:
     """Validate every line of `source` and build the world (see the module docstring for the rules)."""
-    tasks_by_id, order = _read_questions(source)
+    tasks_by_id = _question_tasks(source.questions(), getattr(source, "root", "questions"))
     prices = source.prices()
     answers: dict[str, dict[str, Recorded]] = {}
     pricing: dict[str, ModelPricing] = {}
@@ -314,8 +314,7 @@ def load_world(source: WorldSource, world: str) -> LoadedWorld:
     tasks: dict[str, list[Task]] = {split: [] for split in SPLITS}
     records: dict[str, dict[str, Recorded]] = {}
     dropped = {split: 0 for split in SPLITS}
-    for task_id in order:
-        task = tasks_by_id[task_id]
+    for task_id, task in tasks_by_id.items():
         if any(task_id not in rows for rows in answers.values()):
             dropped[task.split] += 1
             continue
@@ -326,7 +325,7 @@ def load_world(source: WorldSource, world: str) -> LoadedWorld:
         data=data,
         pricing=pricing,
         answered={model: len(rows) for model, rows in answers.items()},
-        questions=len(order),
+        questions=len(tasks_by_id),
         files=files,
     )
 
@@ -336,34 +335,36 @@ def read_questions(path: Path) -> list[Task]:
     a pool's models before any model file exists)."""
     if not path.is_file():
         raise FormatError(path, "file not found (expected questions.jsonl: id, problem, answer, split, subset)")
-    tasks, order = _question_tasks(read_jsonl(path), path)
-    return [tasks[task_id] for task_id in order]
+    return list(_question_tasks(read_jsonl(path), path).values())
 
 
-def _read_questions(source: WorldSource) -> tuple[dict[str, Task], list[str]]:
-    return _question_tasks(source.questions(), getattr(source, "root", "questions"))
-
-
-def _question_tasks(lines: Iterator[Line], where: Path | str) -> tuple[dict[str, Task], list[str]]:
+def _question_tasks(lines: Iterator[Line], where: Path | str) -> dict[str, Task]:
+    """The questions by id, in the order of their lines."""
     tasks: dict[str, Task] = {}
     first_line: dict[str, int] = {}
     for line in lines:
         question = _validate(QuestionLine, line)
-        task_id = str(question.id)
-        if task_id in tasks:
-            raise FormatError(
-                line.path,
-                f"duplicate id {_clipped(repr(question.id))} (first on line {first_line[task_id]})",
-                line=line.number,
-                field="id",
-            )
-        first_line[task_id] = line.number
+        task_id = _new_id(question.id, line, first_line)
         split = question.split or _split_by_parity(question.id, line)
         gold = None if question.answer is None else str(question.answer)
         tasks[task_id] = Task(id=task_id, split=split, prompt=question.problem, subtask=question.subset, gold=gold)
     if not tasks:
         raise FormatError(where, f"{QUESTIONS} holds no question")
-    return tasks, list(tasks)
+    return tasks
+
+
+def _new_id(line_id: LineId, line: Line, first_line: dict[str, int]) -> str:
+    """The line's id as a task id, recorded in `first_line`; an id an earlier line of the file has is an error."""
+    task_id = str(line_id)
+    if task_id in first_line:
+        raise FormatError(
+            line.path,
+            f"duplicate id {_clipped(repr(line_id))} (first on line {first_line[task_id]})",
+            line=line.number,
+            field="id",
+        )
+    first_line[task_id] = line.number
+    return task_id
 
 
 def _split_by_parity(task_id: str | int, line: Line) -> str:
@@ -392,21 +393,14 @@ def _read_answers(
     for line in source.answers(model):
         path = str(line.path)
         answer = _validate(AnswerLine, line)
-        task_id = str(answer.id)
-        if task_id not in tasks:
+        if str(answer.id) not in tasks:
             raise FormatError(
                 line.path,
                 f"unknown id {_clipped(repr(answer.id))}: no question with this id in {QUESTIONS}",
                 line=line.number,
                 field="id",
             )
-        if task_id in rows:
-            raise FormatError(
-                line.path,
-                f"duplicate id {_clipped(repr(answer.id))} (first on line {first_line[task_id]})",
-                line=line.number,
-                field="id",
-            )
+        task_id = _new_id(answer.id, line, first_line)
         grade_field = _check_grade_field(answer, line, grade_field)
         if answer.cost_usd is None and pricing.entry is None:
             raise FormatError(
@@ -416,7 +410,6 @@ def _read_answers(
                 line=line.number,
                 field="cost_usd",
             )
-        first_line[task_id] = line.number
         rows[task_id] = _recorded(answer)
     return rows, path
 

@@ -19,6 +19,7 @@ import csv
 import hashlib
 import json
 import sys
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -159,9 +160,7 @@ def _gold(prompt: str, row: dict[str, str], recorded: dict[str, Recorded]) -> st
 def file_names(models: list[str]) -> dict[str, str]:
     """File stem per model: the part after the last '/', or the whole name with '/' as '--' on a collision."""
     short = {model: model.rsplit("/", 1)[-1] for model in models}
-    counts: dict[str, int] = {}
-    for name in short.values():
-        counts[name] = counts.get(name, 0) + 1
+    counts = Counter(short.values())
     return {model: name if counts[name] == 1 else model.replace("/", "--") for model, name in short.items()}
 
 

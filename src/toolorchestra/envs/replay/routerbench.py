@@ -34,7 +34,7 @@ from pathlib import Path
 
 from toolorchestra.catalog.schema import LatencyPrior, ModelSpec, Price, ReplayBackendSpec
 from toolorchestra.envs.base import Score, Task
-from toolorchestra.envs.replay.base import SPLITS, Recorded, ReplayData, ReplayEnv
+from toolorchestra.envs.replay.base import SPLITS, Recorded, ReplayData, ReplayEnv, shown_prices
 from toolorchestra.envs.replay.judge import option_letter
 from toolorchestra.errors import UserError
 
@@ -194,7 +194,7 @@ class RouterBenchEnv(ReplayEnv):
                 latency=latency_by_model.get(model, LatencyPrior()),
                 description=f"{model} (recorded RouterBench answers)",
             )
-            for model, price in _shown_prices(data).items()
+            for model, price in shown_prices(data).items()
         ]
         super().__init__(data, specs, labels=LABELS)
 
@@ -202,7 +202,7 @@ class RouterBenchEnv(ReplayEnv):
         """The dev world, with the price table measured on its own train half: the prices shown are mean train
         costs, and the dev world's test half must not leak into them."""
         super().as_dev_world(seed)
-        prices = _shown_prices(self.data)
+        prices = shown_prices(self.data)
         self._build_pool(
             [spec.model_copy(update={"price": Price(per_call=prices[name])}) for name, spec in self.specs.items()]
         )
@@ -224,17 +224,3 @@ class RouterBenchEnv(ReplayEnv):
         if task.subtask not in MULTIPLE_CHOICE:
             return None
         return option_letter(text, str(task.meta.get("options", "ABCDE")))
-
-
-def _shown_prices(data: ReplayData) -> dict[str, float]:
-    """Each model's per-call price in the orchestrator's price table: its mean train cost, to 2 significant
-    digits (calls are charged their recorded cost)."""
-    return {model: float(f"{cost:.2g}") for model, cost in _mean_train_cost(data).items()}
-
-
-def _mean_train_cost(data: ReplayData) -> dict[str, float]:
-    tasks = data.tasks["train"] or data.tasks["test"]
-    return {
-        model: sum(data.records[t.id][model].cost_usd or 0.0 for t in tasks) / max(len(tasks), 1)
-        for model in data.models
-    }

@@ -20,7 +20,7 @@ from typing import Any
 
 from toolorchestra.catalog.schema import LatencyPrior, ModelSpec, Price, ReplayBackendSpec
 from toolorchestra.envs.base import Score, Task
-from toolorchestra.envs.replay.base import ReplayData, ReplayEnv
+from toolorchestra.envs.replay.base import ReplayEnv, shown_prices
 from toolorchestra.envs.replay.format import DirectorySource, LoadedWorld, load_world, read_price_sheet
 from toolorchestra.envs.replay.judge import final_answer_text, normalize, normalized_match, option_letter
 from toolorchestra.errors import UserError
@@ -32,14 +32,14 @@ LETTERS = "ABCDE"
 def model_specs(loaded: LoadedWorld, world: str, describe: Callable[[str], str]) -> list[ModelSpec]:
     """One spec per model: its price entry's prices and latency prior; recorded costs only: a per-call price
     of its mean cost on the train split (test when train is empty) and the default latency prior."""
-    mean_cost = _mean_recorded_cost(loaded.data)
+    shown = shown_prices(loaded.data)
     specs = []
     for model in loaded.data.models:
         entry = loaded.pricing[model].entry
         if entry is not None:
             price, latency = entry.price(), entry.latency()
         else:
-            price, latency = Price(per_call=float(f"{mean_cost[model]:.2g}")), LatencyPrior()
+            price, latency = Price(per_call=shown[model]), LatencyPrior()
         specs.append(
             ModelSpec(
                 name=model,
@@ -50,14 +50,6 @@ def model_specs(loaded: LoadedWorld, world: str, describe: Callable[[str], str])
             )
         )
     return specs
-
-
-def _mean_recorded_cost(data: ReplayData) -> dict[str, float]:
-    tasks = data.tasks["train"] or data.tasks["test"]
-    return {
-        model: sum(data.records[task.id][model].cost_usd or 0.0 for task in tasks) / max(len(tasks), 1)
-        for model in data.models
-    }
 
 
 class LogWorldEnv(ReplayEnv):

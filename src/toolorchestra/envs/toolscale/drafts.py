@@ -3,6 +3,7 @@ domain policy actions in actions/<domain>.py): a leaf, so the two never need to 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,4 +31,48 @@ def fact_text(value: Any) -> str:
     return str(value)
 
 
-__all__ = ["Draft", "action", "fact_text"]
+class Drafter:
+    """Base of the domain drafters (actions/<domain>.py) that draft the policy-action tasks of one user: every
+    prompt opens with their `hello`, every gold with the `opening` actions (the authentication, or the profile
+    read)."""
+
+    def __init__(self, owner: str, hello: str, opening: Sequence[dict[str, Any]] = ()) -> None:
+        self.owner, self.hello, self.opening = owner, hello, opening
+
+    def draft(
+        self,
+        family: str,
+        request: str,
+        actions: list[dict[str, Any]],
+        refused: dict[str, Any] | None = None,
+        forbid: Sequence[tuple[str, str, str]] = (),
+    ) -> Draft:
+        """forbid: the (tool, argument, value) writes that must not succeed."""
+        return Draft(
+            family,
+            self.owner,
+            f"{self.hello} {request}",
+            [*self.opening, *actions],
+            forbidden=[{"name": name, "argument": argument, "value": value} for name, argument, value in forbid],
+            refused=[refused] if refused else [],
+        )
+
+    def refuse(
+        self, request: str, reads: list[dict[str, Any]], call: dict[str, Any], argument: str, also: Sequence[str] = ()
+    ) -> Draft:
+        """An action_refusal: the gold stops after `reads`, `call` must fail, and a write by `call`'s tool (or
+        the tools named in `also`) on the record its `argument` names is forbidden."""
+        value = call["arguments"][argument]
+        forbid = [(name, argument, value) for name in (call["name"], *also)]
+        return self.draft("action_refusal", request, reads, call, forbid)
+
+    def decide(
+        self, allowed: bool, request: str, reads: list[dict[str, Any]], call: dict[str, Any], argument: str
+    ) -> Draft:
+        """The write (gold: `reads`, then `call`) where the policy allows it, else its refusal (see `refuse`)."""
+        if allowed:
+            return self.draft("action_write", request, [*reads, call])
+        return self.refuse(request, reads, call, argument)
+
+
+__all__ = ["Draft", "Drafter", "action", "fact_text"]

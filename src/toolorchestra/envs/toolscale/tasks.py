@@ -31,7 +31,7 @@ from toolorchestra.envs.base import Task
 from toolorchestra.envs.toolscale.actions import action_drafts, domain_specs
 from toolorchestra.envs.toolscale.data import CollectionShape, Domain, leaf_paths, read_path
 from toolorchestra.envs.toolscale.drafts import Draft, action, fact_text
-from toolorchestra.envs.toolscale.tools import DomainTool, ToolSpec, derive_tools, key_argument
+from toolorchestra.envs.toolscale.tools import derive_tools, key_argument
 
 BASE_FAMILIES = ("lookup", "single_write", "multi_write", "refusal", "error_first")
 ACTION_FAMILIES = ("action_write", "action_refusal")
@@ -81,7 +81,6 @@ class Generator:
         """stream names an extra random stream (the action families use their own, "actions")."""
         self.domain, self.rng = domain, random.Random(f"{seed}:{domain.name}" + (f":{stream}" if stream else ""))
         self.shapes = domain.shapes
-        self.people = [shape for shape in self.shapes.values() if shape.email_path]
         # the derived tools only: the refusals' forbidden writes must not change when actions are added
         self.specs = {spec.name: spec for spec in derive_tools(domain.shapes, domain.nested)}
         self.status_targets = self.find_status_targets()
@@ -104,6 +103,15 @@ class Generator:
         if not isinstance(email, str) or "@" not in email or emails.count(email.lower()) != 1:
             return None
         return email
+
+    def by_email(self, collection: str) -> list[tuple[str, dict[str, Any], str]]:
+        """(key, record, email) of the records of `collection` whose email authenticates them unambiguously."""
+        shape = self.shapes[collection]
+        return [
+            (key, record, email)
+            for key, record in self.domain.base[collection].items()
+            if (email := self.unique_email(shape, key))
+        ]
 
     def new_email(self, old: str) -> str:
         local = old.split("@")[0]
@@ -318,19 +326,14 @@ class Generator:
         return drafts
 
 
-def bind_tools(specs: list[ToolSpec], domain: Domain) -> dict[str, DomainTool]:
-    database = domain.new_database()
-    return {spec.name: spec.bind(database) for spec in specs}
-
-
 def execute(domain: Domain, actions: list[dict[str, Any]]) -> tuple[list[Any], str]:
     """Run actions through freshly bound tools; returns the results and the final database digest."""
-    tools = bind_tools(domain_specs(domain), domain)
+    database = domain.new_database()
+    tools = {spec.name: spec.bind(database) for spec in domain_specs(domain)}
     results = []
     for call in actions:
         tool = tools.get(call["name"])
         results.append(tool.call(call.get("arguments") or {}) if tool else None)
-    database = next(iter(tools.values())).database
     return results, database.digest()
 
 

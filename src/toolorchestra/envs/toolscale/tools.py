@@ -57,6 +57,22 @@ class ToolSpec:
         return DomainTool(self, database)
 
 
+def write_spec(
+    name: str, description: str, parameters: dict[str, Any], handler: Any, collection: str, key_argument: str
+) -> ToolSpec:
+    """A write action: its description marked WRITE for the agent, and the collection and key argument
+    that name the record it changes (what refusals forbid)."""
+    return ToolSpec(
+        name,
+        f"WRITE. {description}",
+        parameters,
+        handler,
+        writes=True,
+        collection=collection,
+        key_argument=key_argument,
+    )
+
+
 class DomainTool(Tool):
     def __init__(self, spec: ToolSpec, database: Database) -> None:
         self.spec, self.database = spec, database
@@ -115,11 +131,6 @@ def locate(database: Database, shape: CollectionShape, arguments: dict[str, Any]
     raise ToolFailure(f"no {shape.singular} with {key_argument(shape)} {key!r}")
 
 
-def require_record(database: Database, shape: CollectionShape, arguments: dict[str, Any]) -> tuple[str, dict]:
-    located = locate(database, shape, arguments)
-    return arguments[key_argument(shape)], located.record
-
-
 def id_schema(shape: CollectionShape, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     properties = {
         key_argument(shape): {
@@ -134,7 +145,7 @@ def id_schema(shape: CollectionShape, extra: dict[str, Any] | None = None) -> di
 
 def get_tool(shape: CollectionShape) -> ToolSpec:
     def handler(database: Database, arguments: dict[str, Any]) -> Any:
-        return require_record(database, shape, arguments)[1]
+        return locate(database, shape, arguments).record
 
     return ToolSpec(
         f"get_{shape.singular}",
@@ -256,15 +267,7 @@ def set_status_tool(shape: CollectionShape, name: str, fixed: str | None = None)
 
     extra = {} if fixed else {"status": {"type": "string", "enum": shape.status_values}}
     what = f"Set the {shape.singular}'s status to {fixed!r}." if fixed else f"Set the {shape.singular}'s status."
-    return ToolSpec(
-        name,
-        f"WRITE. {what}",
-        id_schema(shape, extra),
-        handler,
-        writes=True,
-        collection=shape.name,
-        key_argument=key_argument(shape),
-    )
+    return write_spec(name, what, id_schema(shape, extra), handler, shape.name, key_argument(shape))
 
 
 def update_email_tool(shape: CollectionShape) -> ToolSpec:
@@ -273,7 +276,7 @@ def update_email_tool(shape: CollectionShape) -> ToolSpec:
     email_path = shape.email_path
 
     def handler(database: Database, arguments: dict[str, Any]) -> Any:
-        key, record = require_record(database, shape, arguments)
+        key, record = arguments[key_argument(shape)], locate(database, shape, arguments).record
         new_email = arguments["email"].strip()
         if "@" not in new_email or new_email.startswith("@") or new_email.endswith("@"):
             raise ToolFailure(f"invalid argument email: {new_email!r} is not an email address")
@@ -281,14 +284,13 @@ def update_email_tool(shape: CollectionShape) -> ToolSpec:
         return {key_argument(shape): key, "old_email": read_path(record, email_path), "email": new_email}
 
     extra = {"email": {"type": "string", "minLength": 3, "description": "the new email"}}
-    return ToolSpec(
+    return write_spec(
         f"update_{shape.singular}_email",
-        f"WRITE. Change the {shape.singular}'s email ({email_path}).",
+        f"Change the {shape.singular}'s email ({email_path}).",
         id_schema(shape, extra),
         handler,
-        writes=True,
-        collection=shape.name,
-        key_argument=key_argument(shape),
+        shape.name,
+        key_argument(shape),
     )
 
 
@@ -339,4 +341,13 @@ def object_schema(required: dict[str, Any], optional: dict[str, Any] | None = No
     }
 
 
-__all__ = ["DomainTool", "ToolFailure", "ToolSpec", "derive_tools", "key_argument", "leaf_paths", "object_schema"]
+__all__ = [
+    "DomainTool",
+    "ToolFailure",
+    "ToolSpec",
+    "derive_tools",
+    "key_argument",
+    "leaf_paths",
+    "object_schema",
+    "write_spec",
+]

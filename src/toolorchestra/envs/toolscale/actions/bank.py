@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from toolorchestra.envs.toolscale.actions.shared import AMOUNT_SCHEMA, NOW, existing, money, new_key, positive_amount
-from toolorchestra.envs.toolscale.drafts import Draft, action, fact_text
-from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema
+from toolorchestra.envs.toolscale.drafts import Draft, Drafter, action, fact_text
+from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema, write_spec
 
 if TYPE_CHECKING:
     from toolorchestra.envs.toolscale.data import Database, Domain
@@ -283,56 +283,52 @@ ADDRESS = {
 def specs(domain: Domain) -> list[ToolSpec]:
     description = {"type": "string", "description": "optional; a default text is used when omitted"}
     return [
-        ToolSpec(
+        write_spec(
             "initiate_transfer_to_beneficiary",
-            "WRITE. Send money from the client's active account to an "
+            "Send money from the client's active account to an "
             "owned, active, verified beneficiary, within its per-transfer limit and the available balance.",
             object_schema(
                 {"client_id": ID, "from_account_id": ID, "beneficiary_id": ID, "amount": AMOUNT_SCHEMA},
                 {"method": {"enum": ["ACH", "Wire"]}, "description": description},
             ),
             transfer_to_beneficiary,
-            writes=True,
-            collection="beneficiaries",
-            key_argument="beneficiary_id",
+            "beneficiaries",
+            "beneficiary_id",
         ),
-        ToolSpec(
+        write_spec(
             "initiate_internal_transfer",
-            "WRITE. Move money between two active accounts of the same client "
+            "Move money between two active accounts of the same client "
             "(same currency; the source may not be a credit account).",
             object_schema(
                 {"client_id": ID, "from_account_id": ID, "to_account_id": ID, "amount": AMOUNT_SCHEMA},
                 {"description": description},
             ),
             internal_transfer,
-            writes=True,
-            collection="clients",
-            key_argument="client_id",
+            "clients",
+            "client_id",
         ),
-        ToolSpec(
+        write_spec(
             "make_loan_payment",
-            "WRITE. Pay the client's loan from one of the client's active accounts.",
+            "Pay the client's loan from one of the client's active accounts.",
             object_schema(
                 {"client_id": ID, "loan_id": ID, "from_account_id": ID, "amount": AMOUNT_SCHEMA},
                 {"method": {"enum": ["Internal", "ACH", "Wire"]}, "description": description},
             ),
             loan_payment,
-            writes=True,
-            collection="loans",
-            key_argument="loan_id",
+            "loans",
+            "loan_id",
         ),
-        ToolSpec(
+        write_spec(
             "verify_beneficiary",
-            "WRITE. Mark the client's own beneficiary as verified.",
+            "Mark the client's own beneficiary as verified.",
             object_schema({"client_id": ID, "beneficiary_id": ID}, {"method": TEXT}),
             verify_beneficiary,
-            writes=True,
-            collection="beneficiaries",
-            key_argument="beneficiary_id",
+            "beneficiaries",
+            "beneficiary_id",
         ),
-        ToolSpec(
+        write_spec(
             "add_beneficiary",
-            "WRITE. Create a beneficiary for the client (verification pending).",
+            "Create a beneficiary for the client (verification pending).",
             object_schema(
                 {
                     "client_id": ID,
@@ -357,9 +353,8 @@ def specs(domain: Domain) -> list[ToolSpec]:
                 },
             ),
             add_beneficiary,
-            writes=True,
-            collection="beneficiaries",
-            key_argument="beneficiary_id",
+            "beneficiaries",
+            "beneficiary_id",
         ),
     ]
 
@@ -376,31 +371,14 @@ def active_accounts(record: dict[str, Any]) -> list[dict[str, Any]]:
     return [a for a in (record.get("accounts") or {}).values() if a.get("status") == "active"]
 
 
-class BankDrafter:
+class BankDrafter(Drafter):
     """Drafts the action tasks of one authenticated client (gold: authenticate, the reads the policy asks
     for before a write, then the write; refusals stop after the reads, and their write must fail)."""
 
     def __init__(self, generator: Generator, client_id: str, record: dict[str, Any], email: str) -> None:
-        self.gen, self.rng, self.client_id, self.record, self.email = generator, generator.rng, client_id, record, email
-        self.owner = f"clients/{client_id}"
-        self.auth = action("find_client_id_by_email", email=email)
-
-    def draft(
-        self,
-        family: str,
-        request: str,
-        actions: list[dict[str, Any]],
-        refused: dict[str, Any] | None = None,
-        forbid: tuple[str, str, str] | None = None,
-    ) -> Draft:
-        forbidden = [{"name": forbid[0], "argument": forbid[1], "value": forbid[2]}] if forbid else []
-        return Draft(
-            family,
-            self.owner,
-            f"Hi, my email is {self.email}. {request}",
-            [self.auth, *actions],
-            forbidden=forbidden,
-            refused=[refused] if refused else [],
+        self.gen, self.rng, self.client_id, self.record = generator, generator.rng, client_id, record
+        super().__init__(
+            f"clients/{client_id}", f"Hi, my email is {email}.", [action("find_client_id_by_email", email=email)]
         )
 
     def transfer_call(self, account: dict[str, Any], beneficiary_id: str, amount: float, method: str) -> dict[str, Any]:
@@ -433,19 +411,11 @@ class BankDrafter:
                 f"{account['account_id']} to my beneficiary {name} ({beneficiary_id}) by {method}."
             )
 
-        forbid = ("initiate_transfer_to_beneficiary", "beneficiary_id", beneficiary_id)
         usable = beneficiary.get("status") == "active" and beneficiary["verification"].get("status") == "verified"
         if not usable:  # suspended, revoked or unverified: the policy forbids any transfer
             amount = round_amount(max(cap, 1.0), 0.2)
-            drafts = [
-                self.draft(
-                    "action_refusal",
-                    ask(amount),
-                    reads[:1],
-                    self.transfer_call(account, beneficiary_id, amount, method),
-                    forbid,
-                )
-            ]
+            call = self.transfer_call(account, beneficiary_id, amount, method)
+            drafts = [self.refuse(ask(amount), reads[:1], call, "beneficiary_id")]
             if beneficiary.get("status") == "active" and beneficiary["verification"].get("status") == "pending":
                 drafts.append(
                     self.draft(
@@ -467,11 +437,8 @@ class BankDrafter:
                 )
             )
         over = round_amount(cap * 1.5, 1.0) + 100  # above the limit or the available balance
-        drafts.append(
-            self.draft(
-                "action_refusal", ask(over), reads, self.transfer_call(account, beneficiary_id, over, method), forbid
-            )
-        )
+        call = self.transfer_call(account, beneficiary_id, over, method)
+        drafts.append(self.refuse(ask(over), reads, call, "beneficiary_id"))
         return drafts
 
     def loan_tasks(self, loan_id: str, loan: dict[str, Any]) -> list[Draft]:
@@ -492,9 +459,7 @@ class BankDrafter:
             from_account_id=account["account_id"],
             amount=amount,
         )
-        if amount <= float(account["balance"]["available"]):
-            return [self.draft("action_write", request, [*reads, pay])]
-        return [self.draft("action_refusal", request, reads, pay, ("make_loan_payment", "loan_id", loan_id))]
+        return [self.decide(amount <= float(account["balance"]["available"]), request, reads, pay, "loan_id")]
 
     def internal_tasks(self) -> list[Draft]:
         accounts = active_accounts(self.record)
@@ -567,13 +532,10 @@ def drafts(generator: Generator) -> list[Draft]:
     """Per authenticated client: transfers to beneficiaries, loan payments, an internal transfer, a
     beneficiary verification and (for a third of the clients) a new beneficiary; refusals where the
     policy forbids the request."""
-    base, clients = generator.domain.base, generator.shapes["clients"]
+    base = generator.domain.base
     beneficiaries = list(base["beneficiaries"].values())
     found: list[Draft] = []
-    for client_id, record in base["clients"].items():
-        email = generator.unique_email(clients, client_id)
-        if not email:
-            continue
+    for client_id, record, email in generator.by_email("clients"):
         drafter = BankDrafter(generator, client_id, record, email)
         for key, beneficiary in base["beneficiaries"].items():
             if beneficiary.get("client_id") == client_id:

@@ -20,8 +20,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from toolorchestra.envs.toolscale.actions.shared import existing
-from toolorchestra.envs.toolscale.drafts import Draft, action
-from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema
+from toolorchestra.envs.toolscale.drafts import Draft, Drafter, action
+from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema, write_spec
 
 if TYPE_CHECKING:
     from toolorchestra.envs.toolscale.data import Database, Domain
@@ -115,29 +115,27 @@ def record_scoring_event(database: Database, arguments: dict[str, Any]) -> Any:
 def specs(domain: Domain) -> list[ToolSpec]:
     address = {name: TEXT for name in ADDRESS_FIELDS}
     return [
-        ToolSpec(
+        write_spec(
             "modify_player_address",
-            "WRITE. Replace the authenticated player's address (street, city, state, "
+            "Replace the authenticated player's address (street, city, state, "
             "country, zip); returns the updated player.",
             object_schema({"player_id": TEXT, **address}),
             modify_player_address,
-            writes=True,
-            collection=PLAYERS,
-            key_argument="player_id",
+            PLAYERS,
+            "player_id",
         ),
-        ToolSpec(
+        write_spec(
             "update_game_status",
-            "WRITE. Move a game to a new status along the allowed transitions: "
+            "Move a game to a new status along the allowed transitions: "
             "scheduled -> in_progress|postponed, postponed -> scheduled, in_progress -> final.",
             object_schema({"game_id": TEXT, "new_status": {"type": "string", "enum": list(STATUSES)}}),
             update_game_status,
-            writes=True,
-            collection=GAMES,
-            key_argument="game_id",
+            GAMES,
+            "game_id",
         ),
-        ToolSpec(
+        write_spec(
             "record_scoring_event",
-            "WRITE. Record a scoring event in an in_progress game (2PT=2, 3PT=3, FT=1 "
+            "Record a scoring event in an in_progress game (2PT=2, 3PT=3, FT=1 "
             "points) for its home or away club; appends it to scoring_history and updates the team score.",
             object_schema(
                 {
@@ -150,9 +148,8 @@ def specs(domain: Domain) -> list[ToolSpec]:
                 }
             ),
             record_scoring_event,
-            writes=True,
-            collection=GAMES,
-            key_argument="game_id",
+            GAMES,
+            "game_id",
         ),
     ]
 
@@ -163,38 +160,22 @@ class BasketballDrafter:
 
     def __init__(self, generator: Generator) -> None:
         self.gen, self.rng, self.base = generator, generator.rng, generator.domain.base
-        shape = generator.shapes[PLAYERS]
-        self.emails = {key: email for key in self.base[PLAYERS] if (email := generator.unique_email(shape, key))}
+        self.emails = {key: email for key, _, email in generator.by_email(PLAYERS)}
         self.players_of: dict[str, list[str]] = {}
         for key in self.emails:
             for game_id in self.base[PLAYERS][key].get("games") or []:
                 self.players_of.setdefault(game_id, []).append(key)
         self.anyone = sorted(self.emails)
 
-    def draft(
-        self,
-        family: str,
-        player_id: str,
-        request: str,
-        actions: list[dict[str, Any]],
-        refused: dict[str, Any] | None = None,
-        forbid: tuple[str, ...] = (),
-        game_id: str = "",
-    ) -> Draft:
+    def player(self, player_id: str) -> Drafter:
+        """The drafts of one requesting player."""
         email = self.emails[player_id]
-        forbidden = [{"name": name, "argument": "game_id", "value": game_id} for name in forbid]
-        return Draft(
-            family,
-            f"{PLAYERS}/{player_id}",
-            f"Hi, my email is {email}. {request}",
-            [action("find_player_id_by_email", email=email), *actions],
-            forbidden=forbidden,
-            refused=[refused] if refused else [],
-        )
+        hello = f"Hi, my email is {email}."
+        return Drafter(f"{PLAYERS}/{player_id}", hello, [action("find_player_id_by_email", email=email)])
 
-    def requester(self, game_id: str) -> str:
+    def requester(self, game_id: str) -> Drafter:
         """A player of the game who can authenticate, else any such player."""
-        return self.rng.choice(self.players_of.get(game_id) or self.anyone)
+        return self.player(self.rng.choice(self.players_of.get(game_id) or self.anyone))
 
     def address_task(self, player_id: str) -> list[Draft]:
         record = self.base[PLAYERS][player_id]
@@ -203,9 +184,8 @@ class BasketballDrafter:
         where = ", ".join(new[name] for name in ("street", "city", "state", "zip", "country"))
         call = action("modify_player_address", player_id=player_id, **{name: new[name] for name in ADDRESS_FIELDS})
         return [
-            self.draft(
+            self.player(player_id).draft(
                 "action_write",
-                player_id,
                 f"I moved; please change my address to {where} "
                 f"(street {new['street']}, city {new['city']}, state {new['state']}, zip {new['zip']}, "
                 f"country {new['country']}).",
@@ -229,19 +209,10 @@ class BasketballDrafter:
         drafts = []
         if allowed:
             status = self.rng.choice(allowed)
-            drafts.append(self.draft("action_write", self.requester(game_id), ask(status), [read, call(status)]))
+            drafts.append(self.requester(game_id).draft("action_write", ask(status), [read, call(status)]))
         wrong = self.rng.choice([s for s in STATUSES if s != current and s not in allowed])
-        drafts.append(
-            self.draft(
-                "action_refusal",
-                self.requester(game_id),
-                ask(wrong),
-                [read],
-                call(wrong),
-                ("update_game_status", "set_game_status"),
-                game_id,
-            )
-        )
+        refusal = self.requester(game_id).refuse(ask(wrong), [read], call(wrong), "game_id", also=("set_game_status",))
+        drafts.append(refusal)
         return drafts
 
     def scorer(self, record: dict[str, Any]) -> tuple[str, str] | None:
@@ -280,50 +251,24 @@ class BasketballDrafter:
         if not found:
             return []
         club_id, player_id = found
-        read, forbid = action("get_game", game_id=game_id), ("record_scoring_event",)
+        read = action("get_game", game_id=game_id)
         drafts = []
         if live:
             for _ in range(2):
                 kind = self.rng.choice(list(POINTS))
                 call = self.scoring_call(game_id, kind, POINTS[kind], *(self.scorer(record) or found))
-                drafts.append(
-                    self.draft("action_write", self.requester(game_id), self.scoring_request(call), [read, call])
-                )
+                drafts.append(self.requester(game_id).draft("action_write", self.scoring_request(call), [read, call]))
             mismatch = self.scoring_call(game_id, "3PT", 2, club_id, player_id)
-            drafts.append(
-                self.draft(
-                    "action_refusal",
-                    self.requester(game_id),
-                    self.scoring_request(mismatch),
-                    [read],
-                    mismatch,
-                    forbid,
-                    game_id,
-                )
-            )
+            drafts.append(self.requester(game_id).refuse(self.scoring_request(mismatch), [read], mismatch, "game_id"))
             playing = {c.get("club_id") for c in record["clubs"].values()}
             outsider = next((c for c in self.base["clubs"] if c not in playing), None)
             if outsider:
                 call = self.scoring_call(game_id, "FT", 1, outsider, player_id)
-                drafts.append(
-                    self.draft(
-                        "action_refusal",
-                        self.requester(game_id),
-                        self.scoring_request(call),
-                        [read],
-                        call,
-                        forbid,
-                        game_id,
-                    )
-                )
+                drafts.append(self.requester(game_id).refuse(self.scoring_request(call), [read], call, "game_id"))
             return drafts
         kind = self.rng.choice(list(POINTS))
         call = self.scoring_call(game_id, kind, POINTS[kind], club_id, player_id)
-        return [
-            self.draft(
-                "action_refusal", self.requester(game_id), self.scoring_request(call), [read], call, forbid, game_id
-            )
-        ]
+        return [self.requester(game_id).refuse(self.scoring_request(call), [read], call, "game_id")]
 
 
 def drafts(generator: Generator) -> list[Draft]:

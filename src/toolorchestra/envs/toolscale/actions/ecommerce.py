@@ -45,9 +45,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from toolorchestra.envs.toolscale.actions.shared import address_of, existing, money, write_spec
-from toolorchestra.envs.toolscale.drafts import Draft, action
-from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema
+from toolorchestra.envs.toolscale.actions.shared import address_of, existing, money, pick_entries
+from toolorchestra.envs.toolscale.drafts import Draft, Drafter, action
+from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema, write_spec
 
 if TYPE_CHECKING:
     from toolorchestra.envs.toolscale.data import Database, Domain
@@ -125,18 +125,9 @@ def refund_timing(database: Database, account_key: str, instrument_id: str | Non
 
 def sale_lines(record: dict[str, Any], skus: list[str], argument: str) -> list[dict[str, Any]]:
     """One line of the sale per listed sku (duplicates are quantities): all must be in the sale."""
-    held = Counter(line.get("unit_sku") for line in record.get("lines") or [])
-    for sku, count in Counter(skus).items():
-        if held[sku] < count:
-            have = f"only {held[sku]}" if held[sku] else "none"
-            raise ToolFailure(
-                f"invalid argument {argument}: {count} x {sku!r} requested but sale "
-                f"{record['sale_ref']!r} has {have}; the items must exist in the sale"
-            )
-    pools: dict[str, list[dict[str, Any]]] = {}
-    for line in record.get("lines") or []:
-        pools.setdefault(line.get("unit_sku"), []).append(line)
-    return [pools[sku].pop(0) for sku in skus]
+    lines, sale = record.get("lines") or [], f"sale {record['sale_ref']!r}"
+    picked = pick_entries(lines, "unit_sku", skus, argument, sale, "the items must exist in the sale")
+    return [lines[index] for index in picked]
 
 
 def payments(record: dict[str, Any]) -> list[dict[str, Any]]:
@@ -382,7 +373,7 @@ def address_text(address: dict[str, str]) -> str:
     return ", ".join(part for part in parts if part)
 
 
-class EcommerceDrafter:
+class EcommerceDrafter(Drafter):
     """Drafts for one account that can be authenticated unambiguously: by its email when no other account
     shares it, else by name + postal code when those are unique (the policy's second way)."""
 
@@ -390,27 +381,11 @@ class EcommerceDrafter:
         self, generator: Generator, account_key: str, record: dict[str, Any], auth: dict[str, Any], hello: str
     ) -> None:
         self.gen, self.rng, self.key, self.record = generator, generator.rng, account_key, record
-        self.auth, self.hello, self.owner = auth, hello, f"{ACCOUNTS}/{account_key}"
+        super().__init__(f"{ACCOUNTS}/{account_key}", hello, [auth])
         self.base = generator.domain.base
 
-    def draft(
-        self,
-        family: str,
-        request: str,
-        actions: list[dict[str, Any]],
-        refused: dict[str, Any] | None = None,
-        forbid: tuple[str, str] | None = None,
-    ) -> Draft:
-        """forbid: (tool, sale_ref) of a refused sale write; its argument is always sale_ref."""
-        forbidden = [{"name": forbid[0], "argument": "sale_ref", "value": forbid[1]}] if forbid else []
-        return Draft(
-            family,
-            self.owner,
-            f"{self.hello} {request}",
-            [self.auth, *actions],
-            forbidden=forbidden,
-            refused=[refused] if refused else [],
-        )
+    def call(self, name: str, sale_ref: str, **arguments: Any) -> dict[str, Any]:
+        return action(name, account_key=self.key, sale_ref=sale_ref, **arguments)
 
     def named(self, instrument_id: str) -> str:
         """How the user names an instrument: by its origin where it is one of theirs (gift card, paypal
@@ -474,22 +449,21 @@ class EcommerceDrafter:
         return [self.refusal(sale_ref, *make(sale_ref, sale)) for make in chosen]
 
     def refusal(self, sale_ref: str, request: str, call: dict[str, Any]) -> Draft:
-        return self.draft(
-            "action_refusal", request, [action("get_sale", sale_ref=sale_ref)], call, (call["name"], sale_ref)
-        )
+        """A refused sale write; its argument is always sale_ref."""
+        return self.refuse(request, [action("get_sale", sale_ref=sale_ref)], call, "sale_ref")
 
     def cancel_request(self, sale_ref: str, sale: dict[str, Any], whose: str = "my") -> tuple[str, dict[str, Any]]:
         reason = self.rng.choice(CANCEL_REASONS)
         return (
             f"Please cancel {whose} order {sale_ref}; the reason: {reason}.",
-            action("cancel_pending_sale", account_key=self.key, sale_ref=sale_ref, reason=reason),
+            self.call("cancel_pending_sale", sale_ref, reason=reason),
         )
 
     def delivery_request(self, sale_ref: str, sale: dict[str, Any], whose: str = "my") -> tuple[str, dict[str, Any]]:
         new = self.new_address(sale.get("delivery") or {})
         return (
             f"Please send {whose} order {sale_ref} to {address_text(new)} instead.",
-            action("modify_pending_sale_address", account_key=self.key, sale_ref=sale_ref, **new),
+            self.call("modify_pending_sale_address", sale_ref, **new),
         )
 
     def payment_request(self, sale_ref: str, sale: dict[str, Any], whose: str = "my") -> tuple[str, dict[str, Any]]:
@@ -497,7 +471,7 @@ class EcommerceDrafter:
         instrument = f"GC-{self.key}"
         return (
             f"Please pay for {whose} order {sale_ref} with my gift card {instrument} instead of my card.",
-            action("modify_pending_sale_payment", account_key=self.key, sale_ref=sale_ref, instrument_id=instrument),
+            self.call("modify_pending_sale_payment", sale_ref, instrument_id=instrument),
         )
 
     def return_request(self, sale_ref: str, sale: dict[str, Any], whose: str = "my") -> tuple[str, dict[str, Any]]:
@@ -507,16 +481,7 @@ class EcommerceDrafter:
             f"Please return everything in {whose} order {sale_ref} ({', '.join(skus)}), refunded to "
             f"{self.named(instrument)}, which it was paid with."
         )
-        return (
-            request,
-            action(
-                "return_delivered_sale_items",
-                account_key=self.key,
-                sale_ref=sale_ref,
-                unit_skus=skus,
-                instrument_id=instrument,
-            ),
-        )
+        return request, self.call("return_delivered_sale_items", sale_ref, unit_skus=skus, instrument_id=instrument)
 
     def exchange_request(
         self, sale_ref: str, sale: dict[str, Any], whose: str = "my", other_group: bool = False
@@ -536,21 +501,24 @@ class EcommerceDrafter:
             ]
         new = self.rng.choice(others)
         instrument = (payments(sale) or [{}])[0].get("instrument_id") or f"GC-{self.key}"
+        return self.exchange(sale_ref, line.get("unit_sku"), new, instrument, whose)
+
+    def exchange(
+        self, sale_ref: str, sku: Any, new: str, instrument: str, whose: str = "my"
+    ) -> tuple[str, dict[str, Any]]:
+        """The request to exchange one unit of `sku` for `new`, and its call."""
         request = (
-            f"Please exchange the item {line.get('unit_sku')} of {whose} order {sale_ref} for {new}; use "
+            f"Please exchange the item {sku} of {whose} order {sale_ref} for {new}; use "
             f"{self.named(instrument)} for any difference."
         )
-        return (
-            request,
-            action(
-                "exchange_delivered_sale_items",
-                account_key=self.key,
-                sale_ref=sale_ref,
-                unit_skus_old=[line.get("unit_sku")],
-                unit_skus_new=[new],
-                instrument_id=instrument,
-            ),
+        call = self.call(
+            "exchange_delivered_sale_items",
+            sale_ref,
+            unit_skus_old=[sku],
+            unit_skus_new=[new],
+            instrument_id=instrument,
         )
+        return request, call
 
     def delivered_tasks(self, sale_ref: str, sale: dict[str, Any]) -> list[Draft]:
         """A return of everything (a write), an exchange within the group where one exists (a write), a
@@ -567,24 +535,8 @@ class EcommerceDrafter:
         if swappable:
             line, new = self.rng.choice(swappable)
             instrument = next(iter(self.record.get("funding_sources") or {}))
-            drafts.append(
-                self.draft(
-                    "action_write",
-                    f"Please exchange the item {line['unit_sku']} of my order "
-                    f"{sale_ref} for {new}; use {self.named(instrument)} for any difference.",
-                    [
-                        read,
-                        action(
-                            "exchange_delivered_sale_items",
-                            account_key=self.key,
-                            sale_ref=sale_ref,
-                            unit_skus_old=[line["unit_sku"]],
-                            unit_skus_new=[new],
-                            instrument_id=instrument,
-                        ),
-                    ],
-                )
-            )
+            asked, swap = self.exchange(sale_ref, line["unit_sku"], new, instrument)
+            drafts.append(self.draft("action_write", asked, [read, swap]))
         sku = self.rng.choice(sale.get("lines") or [{}]).get("unit_sku")
         held = sum(line.get("unit_sku") == sku for line in sale.get("lines") or [])
         too_many = [sku] * (held + 1)
@@ -594,13 +546,7 @@ class EcommerceDrafter:
                 sale_ref,
                 f"Please return {held + 1} units of {sku} from my order {sale_ref}, "
                 f"refunded to {self.named(instrument)}.",
-                action(
-                    "return_delivered_sale_items",
-                    account_key=self.key,
-                    sale_ref=sale_ref,
-                    unit_skus=too_many,
-                    instrument_id=instrument,
-                ),
+                self.call("return_delivered_sale_items", sale_ref, unit_skus=too_many, instrument_id=instrument),
             )
         )
         drafts.append(self.refusal(sale_ref, *self.exchange_request(sale_ref, sale, other_group=True)))

@@ -36,11 +36,12 @@ one.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from toolorchestra.envs.toolscale.actions.shared import AMOUNT_SCHEMA, existing, money, positive_amount, write_spec
-from toolorchestra.envs.toolscale.drafts import Draft, action, fact_text
-from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema
+from toolorchestra.envs.toolscale.actions.shared import AMOUNT_SCHEMA, existing, money, positive_amount
+from toolorchestra.envs.toolscale.drafts import Draft, Drafter, action, fact_text
+from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema, write_spec
 
 if TYPE_CHECKING:
     from toolorchestra.envs.toolscale.data import Database, Domain
@@ -354,7 +355,7 @@ TRANSFER_SHARE = 0.5
 FOREIGN_SHARE = 0.25  # of the patients, the share asking to cancel another patient's prescription
 
 
-class MedicineDrafter:
+class MedicineDrafter(Drafter):
     """Drafts for one prescription's patient, who gives their patient id (the policy's identification): the
     gold reads the prescription (and the profile and medications where the write depends on them)."""
 
@@ -367,34 +368,21 @@ class MedicineDrafter:
         self.read = action("get_prescription", prescription_id=key)
         self.profile = action("get_patient", patient_id=self.patient_id)
         name = self.patient.get("name") or {}
-        self.hello = f"Hi, I'm {name.get('first_name')} {name.get('last_name')}, patient id {self.patient_id}."
+        hello = f"Hi, I'm {name.get('first_name')} {name.get('last_name')}, patient id {self.patient_id}."
+        super().__init__(f"{PATIENTS}/{self.patient_id}", hello)
 
-    def draft(
-        self, family: str, request: str, actions: list[dict[str, Any]], refused: dict[str, Any] | None = None
+    def refuse(
+        self, request: str, reads: list[dict[str, Any]], call: dict[str, Any], argument: str, also: Sequence[str] = ()
     ) -> Draft:
-        target = (refused or {}).get("arguments", {}).get("prescription_id", self.key)
-        forbidden = [{"name": name, "argument": "prescription_id", "value": target} for name in self.writes]
-        return Draft(
-            family,
-            f"{PATIENTS}/{self.patient_id}",
-            f"{self.hello} {request}",
-            actions,
-            forbidden=forbidden if refused else [],
-            refused=[refused] if refused else [],
-        )
+        """A refusal forbids every write on the call's prescription (`writes`), not only the call's own."""
+        target = call["arguments"][argument]
+        return self.draft("action_refusal", request, reads, call, [(name, argument, target) for name in self.writes])
 
     def call(self, name: str, **arguments: Any) -> dict[str, Any]:
         return action(name, patient_id=self.patient_id, prescription_id=self.key, **arguments)
 
     def closed(self) -> bool:
         return self.record.get("status") in CLOSED
-
-    def write_or_refusal(self, request: str, reads: list[dict[str, Any]], call: dict[str, Any], allowed: bool) -> Draft:
-        return (
-            self.draft("action_write", request, [*reads, call])
-            if allowed
-            else self.draft("action_refusal", request, reads, call)
-        )
 
     def other_method(self) -> str | None:
         """A payment method id saved by another patient only (what the user wrongly offers)."""
@@ -478,7 +466,7 @@ class MedicineDrafter:
         )
         allowed = self.record.get("status") in FILLABLE and not refill_blocked
         request = self.fill_request(items, insurance, pharmacist, payments)
-        drafts = [self.write_or_refusal(request, reads, fill(payments), allowed)]
+        drafts = [self.decide(allowed, request, reads, fill(payments), "prescription_id")]
         if allowed and self.rng.random() < FILL_REFUSAL_SHARE:
             other = self.other_method()
             if short and due > insurance["patient_copay"]:  # pays only the copay, not the uncovered amount
@@ -488,7 +476,9 @@ class MedicineDrafter:
             else:
                 return drafts
             drafts.append(
-                self.draft("action_refusal", self.fill_request(items, insurance, pharmacist, wrong), reads, fill(wrong))
+                self.refuse(
+                    self.fill_request(items, insurance, pharmacist, wrong), reads, fill(wrong), "prescription_id"
+                )
             )
         return drafts
 
@@ -501,16 +491,10 @@ class MedicineDrafter:
             return f"Please set the status of my prescription {self.key} to '{value}'."
 
         call = self.call("update_prescription_status", status=target)
-        drafts = [self.write_or_refusal(ask(target), [self.read], call, not self.closed())]
+        drafts = [self.decide(not self.closed(), ask(target), [self.read], call, "prescription_id")]
         if status == "active" and not self.record.get("dispenses") and self.rng.random() < 0.5:
-            drafts.append(
-                self.draft(
-                    "action_refusal",
-                    ask("filled"),
-                    [self.read],
-                    self.call("update_prescription_status", status="filled"),
-                )
-            )
+            call = self.call("update_prescription_status", status="filled")
+            drafts.append(self.refuse(ask("filled"), [self.read], call, "prescription_id"))
         return drafts
 
     def transfer_tasks(self, pharmacies: list[dict[str, Any]]) -> list[Draft]:
@@ -525,7 +509,7 @@ class MedicineDrafter:
             f"{pharmacy['pharmacy_id']}), {place['street']}, {place['city']}, {place['state']} {place['zip']}."
         )
         call = self.call("transfer_prescription", pharmacy=pharmacy)
-        return [self.write_or_refusal(request, [self.read], call, not self.closed())]
+        return [self.decide(not self.closed(), request, [self.read], call, "prescription_id")]
 
     def counseling_tasks(self) -> list[Draft]:
         value = "no" if self.record.get("counseling_offered") == "yes" else "yes"
@@ -551,22 +535,18 @@ class MedicineDrafter:
 
         reads = [self.read, self.profile]
         call = self.call("add_prescription_payment", payment_id=method, amount=amount)
-        drafts = [self.write_or_refusal(ask(method), reads, call, not self.closed())]
+        drafts = [self.decide(not self.closed(), ask(method), reads, call, "prescription_id")]
         other = self.other_method()
         if other and not self.closed() and self.rng.random() < 0.5:
-            drafts.append(
-                self.draft(
-                    "action_refusal",
-                    ask(other),
-                    reads,
-                    self.call("add_prescription_payment", payment_id=other, amount=amount),
-                )
-            )
+            call = self.call("add_prescription_payment", payment_id=other, amount=amount)
+            drafts.append(self.refuse(ask(other), reads, call, "prescription_id"))
         return drafts
 
     def cancel_tasks(self) -> list[Draft]:
         request = f"Please cancel my prescription {self.key} and refund what I paid."
-        return [self.write_or_refusal(request, [self.read], self.call("cancel_prescription"), not self.closed())]
+        return [
+            self.decide(not self.closed(), request, [self.read], self.call("cancel_prescription"), "prescription_id")
+        ]
 
     def foreign_tasks(self) -> list[Draft]:
         """The user asks to cancel a prescription that is another patient's: the read shows its owner."""
@@ -575,14 +555,8 @@ class MedicineDrafter:
             return []
         other = self.rng.choice(others)
         call = action("cancel_prescription", patient_id=self.patient_id, prescription_id=other)
-        return [
-            self.draft(
-                "action_refusal",
-                f"Please cancel prescription {other}.",
-                [action("get_prescription", prescription_id=other)],
-                call,
-            )
-        ]
+        read = action("get_prescription", prescription_id=other)
+        return [self.refuse(f"Please cancel prescription {other}.", [read], call, "prescription_id")]
 
 
 def drafts(generator: Generator) -> list[Draft]:

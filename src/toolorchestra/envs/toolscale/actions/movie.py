@@ -30,8 +30,8 @@ import hashlib
 from typing import TYPE_CHECKING, Any
 
 from toolorchestra.envs.toolscale.actions.shared import existing, money, new_key
-from toolorchestra.envs.toolscale.drafts import Draft, action
-from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema
+from toolorchestra.envs.toolscale.drafts import Draft, Drafter, action
+from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema, write_spec
 
 if TYPE_CHECKING:
     from toolorchestra.envs.toolscale.data import Database, Domain
@@ -301,21 +301,13 @@ def update_booking_seats(database: Database, arguments: dict[str, Any]) -> Any:
     elif delta < 0:
         history.append(payment_entry(entry_id, delta, history[0]["method"] if history else {"source": "cash"}))
     old_totals = record.get("totals") or {}
+    parts = {"tickets_subtotal": "price", "fees_total": "convenience_fee", "tax_total": "tax"}  # total -> seat field
     new_totals = {
         **old_totals,
-        "tickets_subtotal": money(
-            old_totals.get("tickets_subtotal", 0)
-            + sum(s["price"] for s in seats)
-            - sum(s["price"] for s in old.values())
-        ),
-        "fees_total": money(
-            old_totals.get("fees_total", 0)
-            + sum(s["convenience_fee"] for s in seats)
-            - sum(s["convenience_fee"] for s in old.values())
-        ),
-        "tax_total": money(
-            old_totals.get("tax_total", 0) + sum(s["tax"] for s in seats) - sum(s["tax"] for s in old.values())
-        ),
+        **{
+            total: money(old_totals.get(total, 0) + sum(s[part] for s in seats) - sum(s[part] for s in old.values()))
+            for total, part in parts.items()
+        },
         "grand_total": money(old_totals.get("grand_total", 0) + delta),
         "amount_paid": money(old_totals.get("amount_paid", 0) + delta),
     }
@@ -377,10 +369,9 @@ def specs(domain: Domain) -> list[ToolSpec]:
             price_preview,
             collection=THEATERS,
         ),
-        ToolSpec(
+        write_spec(
             "create_booking",
-            "WRITE. Book available seats of a scheduled show; payments must sum exactly to "
-            "the grand total of price_preview.",
+            "Book available seats of a scheduled show; payments must sum exactly to the grand total of price_preview.",
             object_schema(
                 {
                     "theater_id": TEXT,
@@ -393,29 +384,25 @@ def specs(domain: Domain) -> list[ToolSpec]:
                 {"concessions": CONCESSIONS_SCHEMA, "special_requests": TEXT},
             ),
             create_booking,
-            writes=True,
-            collection=BOOKINGS,
-            key_argument="show_id",
+            BOOKINGS,
+            "show_id",
         ),
-        ToolSpec(
+        write_spec(
             "update_booking_seats",
-            "WRITE. Replace the seats of a confirmed booking (scheduled show); a higher "
+            "Replace the seats of a confirmed booking (scheduled show); a higher "
             "total needs one payment of exactly the difference, a lower one is refunded.",
             object_schema({**booking_id, "seats": SEATS_SCHEMA}, {"payment": PAYMENT_SCHEMA}),
             update_booking_seats,
-            writes=True,
-            collection=BOOKINGS,
-            key_argument="booking_id",
+            BOOKINGS,
+            "booking_id",
         ),
-        ToolSpec(
+        write_spec(
             "cancel_booking",
-            "WRITE. Cancel a confirmed or pending booking of a show that is not completed; "
-            "the full amount paid is refunded.",
+            "Cancel a confirmed or pending booking of a show that is not completed; the full amount paid is refunded.",
             object_schema(booking_id),
             cancel_booking,
-            writes=True,
-            collection=BOOKINGS,
-            key_argument="booking_id",
+            BOOKINGS,
+            "booking_id",
         ),
     ]
 
@@ -425,33 +412,14 @@ def seats_text(seats: list[dict[str, Any]]) -> str:
     return ", ".join(f"{seat['seat_id']} ({seat['ticket_type']})" for seat in seats)
 
 
-class MovieDrafter:
+class MovieDrafter(Drafter):
     """Drafts for one customer (a booking whose email is unique): seat changes, a cancellation, a new booking."""
 
     def __init__(self, generator: Generator, booking_id: str, record: dict[str, Any], email: str) -> None:
         self.gen, self.rng, self.booking_id, self.record = generator, generator.rng, booking_id, record
-        self.owner, self.email = f"{BOOKINGS}/{booking_id}", email
         name = record["customer"]["name"]
-        self.hello = f"Hi, I'm {name['first_name']} {name['last_name']} ({email})."
+        super().__init__(f"{BOOKINGS}/{booking_id}", f"Hi, I'm {name['first_name']} {name['last_name']} ({email}).")
         self.database = generator.domain.new_database()  # read-only: availability and prices of the base
-
-    def draft(
-        self,
-        family: str,
-        request: str,
-        actions: list[dict[str, Any]],
-        refused: dict[str, Any] | None = None,
-        forbid: tuple[str, str, str] | None = None,
-    ) -> Draft:
-        forbidden = [{"name": forbid[0], "argument": forbid[1], "value": forbid[2]}] if forbid else []
-        return Draft(
-            family,
-            self.owner,
-            f"{self.hello} {request}",
-            actions,
-            forbidden=forbidden,
-            refused=[refused] if refused else [],
-        )
 
     def method(self) -> dict[str, Any]:
         history = self.record.get("payment_history") or []
@@ -467,9 +435,7 @@ class MovieDrafter:
         call = action("cancel_booking", booking_id=self.booking_id)
         request = f"Please cancel my booking {self.booking_id} with a full refund."
         reads = [action("get_booking", booking_id=self.booking_id)]
-        if self.record.get("status") in HOLDING:
-            return [self.draft("action_write", request, [*reads, call])]
-        return [self.draft("action_refusal", request, reads, call, ("cancel_booking", "booking_id", self.booking_id))]
+        return [self.decide(self.record.get("status") in HOLDING, request, reads, call, "booking_id")]
 
     def seat_tasks(self) -> list[Draft]:
         show_id, seats = self.record["show_id"], list(self.record.get("seats") or [])
@@ -477,7 +443,6 @@ class MovieDrafter:
             return []
         free = [s for s in self.free_seats(show_id) if s not in self.accessible(show_id)]
         reads = [action("get_booking", booking_id=self.booking_id), action("get_seat_availability", show_id=show_id)]
-        forbid = ("update_booking_seats", "booking_id", self.booking_id)
         drafts = []
         if free:  # move one seat to a free one, keeping its ticket type
             index = self.rng.randrange(len(seats))
@@ -489,17 +454,13 @@ class MovieDrafter:
                     f"; my seats should then be {seats_text(new)}.",
                     new,
                     reads,
-                    forbid,
                 )
             )
         if len(seats) > 1:  # drop the last ticket: a refund
             new = [{"seat_id": s["seat_id"], "ticket_type": s["ticket_type"]} for s in seats[:-1]]
             drafts.append(
                 self.seat_change(
-                    f"Please remove seat {seats[-1]['seat_id']} from my booking; keep {seats_text(new)}.",
-                    new,
-                    reads,
-                    forbid,
+                    f"Please remove seat {seats[-1]['seat_id']} from my booking; keep {seats_text(new)}.", new, reads
                 )
             )
         index = self.rng.randrange(len(seats))  # change one ticket's type: a payment or a refund
@@ -512,7 +473,6 @@ class MovieDrafter:
                 f"my seats should then be {seats_text(new)}.",
                 new,
                 reads,
-                forbid,
             )
         )
         taken = sorted(booked_seats(self.database, show_id, self.booking_id))
@@ -520,25 +480,16 @@ class MovieDrafter:
             new = [{"seat_id": s["seat_id"], "ticket_type": s["ticket_type"]} for s in seats]
             new[0] = {"seat_id": self.rng.choice(taken), "ticket_type": seats[0]["ticket_type"]}
             call = action("update_booking_seats", booking_id=self.booking_id, seats=new)
-            drafts.append(
-                self.draft(
-                    "action_refusal",
-                    f"Please change my booking {self.booking_id} to the seats {seats_text(new)}.",
-                    reads,
-                    call,
-                    forbid,
-                )
-            )
+            request = f"Please change my booking {self.booking_id} to the seats {seats_text(new)}."
+            drafts.append(self.refuse(request, reads, call, "booking_id"))
         return drafts
 
-    def seat_change(
-        self, request: str, new: list[dict[str, Any]], reads: list[dict[str, Any]], forbid: tuple[str, str, str]
-    ) -> Draft:
+    def seat_change(self, request: str, new: list[dict[str, Any]], reads: list[dict[str, Any]]) -> Draft:
         """A write when the booking is confirmed (paying the exact difference when it costs more), else a refusal."""
         prompt = f"For my booking {self.booking_id}: {request}"
         call = action("update_booking_seats", booking_id=self.booking_id, seats=new)
         if self.record.get("status") != "confirmed":
-            return self.draft("action_refusal", prompt, reads, call, forbid)
+            return self.refuse(prompt, reads, call, "booking_id")
         theater, _, show = find_show(self.database, self.record["show_id"])
         old = {s["seat_id"]: s for s in self.record["seats"]}
         lines = [
@@ -597,7 +548,7 @@ class MovieDrafter:
             payments=[{"source": method["source"], "payment_method_id": method["payment_method_id"], "amount": grand}],
         )
         if refuse:
-            return [self.draft("action_refusal", request, reads, call, ("create_booking", "show_id", show["show_id"]))]
+            return [self.refuse(request, reads, call, "show_id")]
         return [self.draft("action_write", request, [*reads, preview, call])]
 
 
@@ -615,13 +566,9 @@ def drafts(generator: Generator) -> list[Draft]:
     """Per customer with a unique email: a cancellation, seat changes (move, drop one, change a ticket type,
     a booked seat refused)
     and two new bookings (some asking for a booked seat, refused)."""
-    shape, base = generator.shapes[BOOKINGS], generator.domain.base
     shows = all_shows(generator.domain.new_database())
     found: list[Draft] = []
-    for booking_id, record in base[BOOKINGS].items():
-        email = generator.unique_email(shape, booking_id)
-        if not email:
-            continue
+    for booking_id, record, email in generator.by_email(BOOKINGS):
         drafter = MovieDrafter(generator, booking_id, record, email)
         found += drafter.cancel_task()
         found += drafter.seat_tasks()

@@ -36,9 +36,9 @@ import math
 import re
 from typing import TYPE_CHECKING, Any
 
-from toolorchestra.envs.toolscale.actions.shared import existing, write_spec
-from toolorchestra.envs.toolscale.drafts import Draft, action, fact_text
-from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema
+from toolorchestra.envs.toolscale.actions.shared import existing
+from toolorchestra.envs.toolscale.drafts import Draft, Drafter, action, fact_text
+from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema, write_spec
 
 if TYPE_CHECKING:
     from toolorchestra.envs.toolscale.data import Database, Domain
@@ -330,33 +330,18 @@ REASON_WORDS = {
 TOP_UPS = (20, 50, 75, 100, 150, 200)
 
 
-class RailwayDrafter:
+class RailwayDrafter(Drafter):
     """Drafts for one user authenticated by email (the environment's rule; it yields the policy's user id): the
     gold authenticates, reads the reservation (and the profile or trains where the rule depends on them), then
     writes; refusals stop after the reads and their write must fail."""
 
     def __init__(self, generator: Generator, user_id: str, record: dict[str, Any], email: str) -> None:
-        self.gen, self.rng, self.user_id, self.record, self.email = generator, generator.rng, user_id, record, email
-        self.auth = action("find_user_id_by_email", email=email)
+        self.gen, self.rng, self.user_id, self.record = generator, generator.rng, user_id, record
+        super().__init__(
+            f"{USERS}/{user_id}", f"Hi, my email is {email}.", [action("find_user_id_by_email", email=email)]
+        )
         self.profile = action("get_user", user_id=user_id)
         self.methods = record.get("payment_methods") or {}
-
-    def draft(
-        self,
-        family: str,
-        request: str,
-        actions: list[dict[str, Any]],
-        refused: dict[str, Any] | None = None,
-        forbid: tuple[tuple[str, str, str], ...] = (),
-    ) -> Draft:
-        return Draft(
-            family,
-            f"{USERS}/{self.user_id}",
-            f"Hi, my email is {self.email}. {request}",
-            [self.auth, *actions],
-            refused=[refused] if refused else [],
-            forbidden=[{"name": name, "argument": arg, "value": value} for name, arg, value in forbid],
-        )
 
     def call(self, name: str, reservation_id: str, **arguments: Any) -> dict[str, Any]:
         return action(name, user_id=self.user_id, reservation_id=reservation_id, **arguments)
@@ -388,15 +373,7 @@ class RailwayDrafter:
         request = f"Please cancel my reservation {key}; the reason: {REASON_WORDS[reason]}."
         if allowed:
             return [self.draft("action_write", request, [*reads, call])]
-        return [
-            self.draft(
-                "action_refusal",
-                request,
-                reads,
-                call,
-                (("cancel_reservation", "reservation_id", key), ("set_reservation_status", "reservation_id", key)),
-            )
-        ]
+        return [self.refuse(request, reads, call, "reservation_id", also=("set_reservation_status",))]
 
     def bag_task(self, key: str, reservation: dict[str, Any]) -> list[Draft]:
         bags, bikes = int(reservation["total_bags"]), int(reservation["bikes"])
@@ -412,7 +389,6 @@ class RailwayDrafter:
             f"{new_bikes} bike{'s' * (new_bikes != 1)}."
         )
         reads = [action("get_reservation", reservation_id=key)]
-        forbid = (("modify_reservation_bags", "reservation_id", key),)
         if not delta:
             return [self.draft("action_write", request, [*reads, call])]
         source = self.rng.choice(["card", "wallet"])
@@ -422,21 +398,13 @@ class RailwayDrafter:
         foreign = self.rng.random() < 0.15 and self.foreign_card()
         if foreign:  # a method from another profile: the policy takes only the user's saved ones
             call["arguments"]["payment_method_id"] = foreign
-            return [
-                self.draft(
-                    "action_refusal",
-                    f"{request} Use my card {foreign} for the difference.",
-                    [*reads, self.profile],
-                    call,
-                    forbid,
-                )
-            ]
+            request += f" Use my card {foreign} for the difference."
+            return [self.refuse(request, [*reads, self.profile], call, "reservation_id")]
         call["arguments"]["payment_method_id"] = method_id
         request += f" Use my {source} {method_id} for the difference."
         balance = (self.methods[method_id].get("extra_info") or {}).get("amount") or 0
-        if source == "wallet" and delta > balance:  # the wallet cannot hold the charge
-            return [self.draft("action_refusal", request, [*reads, self.profile], call, forbid)]
-        return [self.draft("action_write", request, [*reads, self.profile, call])]
+        held = source != "wallet" or delta <= balance  # else the wallet cannot hold the charge
+        return [self.decide(held, request, [*reads, self.profile], call, "reservation_id")]
 
     def foreign_card(self) -> str | None:
         cards = [
@@ -473,31 +441,18 @@ class RailwayDrafter:
                 *reservation["passengers"],
                 {"first_name": "sam", "last_name": people[0]["last_name"], "dob": "2012-06-01"},
             ]
+            request = f"Please add a passenger to my reservation {key}: the passengers should be {who(extra)}."
             drafts.append(
-                self.draft(
-                    "action_refusal",
-                    f"Please add a passenger to my reservation {key}: the passengers should be {who(extra)}.",
-                    [read],
-                    self.call("update_passengers", key, passengers=extra),
-                    (("update_passengers", "reservation_id", key),),
-                )
+                self.refuse(request, [read], self.call("update_passengers", key, passengers=extra), "reservation_id")
             )
         return drafts
 
     def wallet_task(self) -> list[Draft]:
         amount, card = self.rng.choice(TOP_UPS), self.method("card")
-        forbid = (("add_wallet_funds", "user_id", self.user_id),)
         if self.rng.random() < 0.25:  # cents: the policy takes whole dollars only
             odd = amount + self.rng.choice([0.5, 0.25, 0.99])
-            return [
-                self.draft(
-                    "action_refusal",
-                    f"Please add {fact_text(odd)} dollars to my wallet.",
-                    [self.profile],
-                    action("add_wallet_funds", user_id=self.user_id, amount=odd),
-                    forbid,
-                )
-            ]
+            call = action("add_wallet_funds", user_id=self.user_id, amount=odd)
+            return [self.refuse(f"Please add {fact_text(odd)} dollars to my wallet.", [self.profile], call, "user_id")]
         call = action("add_wallet_funds", user_id=self.user_id, amount=amount)
         request = f"Please add {amount} dollars to my wallet"
         if card and self.rng.random() < 0.5:
@@ -508,16 +463,11 @@ class RailwayDrafter:
     def foreign_reservation_task(self, key: str, other_id: str) -> list[Draft]:
         """Another user's reservation: not this user's to cancel, whatever the grounds."""
         call = self.call("cancel_reservation", key, reason="change_of_plan")
-        return [
-            self.draft(
-                "action_refusal",
-                f"Please cancel reservation {key} of my friend {other_id}; "
-                f"the reason: {REASON_WORDS['change_of_plan']}.",
-                [action("get_reservation", reservation_id=key)],
-                call,
-                (("cancel_reservation", "reservation_id", key), ("set_reservation_status", "reservation_id", key)),
-            )
-        ]
+        request = (
+            f"Please cancel reservation {key} of my friend {other_id}; the reason: {REASON_WORDS['change_of_plan']}."
+        )
+        read = action("get_reservation", reservation_id=key)
+        return [self.refuse(request, [read], call, "reservation_id", also=("set_reservation_status",))]
 
 
 def drafts(generator: Generator) -> list[Draft]:
@@ -525,12 +475,8 @@ def drafts(generator: Generator) -> list[Draft]:
     already cancelled) and, unless cancelled, for some a bags/bikes change (refused for a wallet short of the
     charge or another profile's card) and a passenger fix (refused when adding a passenger); per user a wallet
     top-up (refused for cents) and, for some, another user's reservation to cancel (refused)."""
-    base, users = generator.domain.base, generator.shapes[USERS]
-    found: list[Draft] = []
-    for user_id, record in base[USERS].items():
-        email = generator.unique_email(users, user_id)
-        if not email:
-            continue
+    base, found = generator.domain.base, []
+    for user_id, record, email in generator.by_email(USERS):
         drafter = RailwayDrafter(generator, user_id, record, email)
         for key, reservation in base[RESERVATIONS].items():
             if reservation.get("user_id") != user_id:

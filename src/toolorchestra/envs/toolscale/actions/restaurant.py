@@ -43,12 +43,11 @@ asked for.
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from toolorchestra.envs.toolscale.actions.shared import address_of, existing, money, positive_amount
-from toolorchestra.envs.toolscale.drafts import Draft, action, fact_text
-from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema
+from toolorchestra.envs.toolscale.actions.shared import address_of, existing, money, pick_entries, positive_amount
+from toolorchestra.envs.toolscale.drafts import Draft, Drafter, action, fact_text
+from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema, write_spec
 
 if TYPE_CHECKING:
     from toolorchestra.envs.toolscale.data import Database, Domain
@@ -113,19 +112,8 @@ def plate_of(database: Database, plate_ref: str) -> tuple[str, dict[str, Any]] |
 
 def ticket_lines(record: dict[str, Any], plate_refs: list[str]) -> list[int]:
     """The index of one line entry per listed plate (duplicates are identical plates ordered more than once)."""
-    entries = record.get("line_entries") or []
-    held = Counter(entry.get("plate_ref") for entry in entries)
-    for plate_ref, count in Counter(plate_refs).items():
-        if held[plate_ref] < count:
-            have = f"only {held[plate_ref]}" if held[plate_ref] else "none"
-            raise ToolFailure(
-                f"invalid argument plate_refs: {count} x {plate_ref!r} requested but ticket "
-                f"{record['ticket_ref']!r} has {have}; the plates must be on the ticket"
-            )
-    pools: dict[str, list[int]] = {}
-    for index, entry in enumerate(entries):
-        pools.setdefault(entry.get("plate_ref"), []).append(index)
-    return [pools[plate_ref].pop(0) for plate_ref in plate_refs]
+    ticket, rule = f"ticket {record['ticket_ref']!r}", "the plates must be on the ticket"
+    return pick_entries(record.get("line_entries") or [], "plate_ref", plate_refs, "plate_refs", ticket, rule)
 
 
 def replacement(database: Database, entry: dict[str, Any], new_ref: str) -> dict[str, Any]:
@@ -255,106 +243,63 @@ def modify_plates(database: Database, arguments: dict[str, Any]) -> Any:
 def specs(domain: Domain) -> list[ToolSpec]:
     address = {name: TEXT for name in ADDRESS_FIELDS}
     return [
-        ToolSpec(
+        write_spec(
             "cancel_ticket",
-            "WRITE. Cancel a placed ticket; its payments are refunded to their instruments.",
+            "Cancel a placed ticket; its payments are refunded to their instruments.",
             object_schema({"ticket_ref": ID, "reason": {"type": "string", "minLength": 1}}),
             cancel_ticket,
-            writes=True,
-            collection=TICKETS,
-            key_argument="ticket_ref",
+            TICKETS,
+            "ticket_ref",
         ),
-        ToolSpec(
+        write_spec(
             "add_tip",
-            "WRITE. Add a tip (>= 0) to a ticket that is not cancelled, charged to a saved "
-            "instrument of the ticket's patron.",
+            "Add a tip (>= 0) to a ticket that is not cancelled, charged to a saved instrument of the ticket's patron.",
             object_schema({"ticket_ref": ID, "amount": {"type": "number", "minimum": 0}, "instrument_ref": ID}),
             add_tip,
-            writes=True,
-            collection=TICKETS,
-            key_argument="ticket_ref",
+            TICKETS,
+            "ticket_ref",
         ),
-        ToolSpec(
+        write_spec(
             "modify_ticket_dropoff",
-            "WRITE. Replace the dropoff address of a placed delivery ticket (all fields; line_two may be empty).",
+            "Replace the dropoff address of a placed delivery ticket (all fields; line_two may be empty).",
             object_schema({"ticket_ref": ID, **address}),
             modify_dropoff,
-            writes=True,
-            collection=TICKETS,
-            key_argument="ticket_ref",
+            TICKETS,
+            "ticket_ref",
         ),
-        ToolSpec(
+        write_spec(
             "modify_ticket_table",
-            "WRITE. Replace the table information of a placed dine-in ticket.",
+            "Replace the table information of a placed dine-in ticket.",
             object_schema(
                 {"ticket_ref": ID, "zone": TEXT, "table_no": TEXT, "seat_count": {"type": "integer", "minimum": 1}}
             ),
             modify_table,
-            writes=True,
-            collection=TICKETS,
-            key_argument="ticket_ref",
+            TICKETS,
+            "ticket_ref",
         ),
-        ToolSpec(
+        write_spec(
             "modify_ticket_payment",
-            "WRITE. Pay a placed ticket (exactly one payment) with another saved "
+            "Pay a placed ticket (exactly one payment) with another saved "
             "instrument of its patron: a new payment of the same total, a refund to the old instrument.",
             object_schema({"ticket_ref": ID, "instrument_ref": ID}),
             modify_payment,
-            writes=True,
-            collection=TICKETS,
-            key_argument="ticket_ref",
+            TICKETS,
+            "ticket_ref",
         ),
-        ToolSpec(
+        write_spec(
             "modify_ticket_plates",
-            "WRITE. Replace plates of a placed ticket with other plates of the same "
+            "Replace plates of a placed ticket with other plates of the same "
             "dish served today (lists aligned by position); the cost difference is charged or refunded to a "
             "saved instrument of the ticket's patron.",
             object_schema({"ticket_ref": ID, "plate_refs": PLATES, "new_plate_refs": PLATES, "instrument_ref": ID}),
             modify_plates,
-            writes=True,
-            collection=TICKETS,
-            key_argument="ticket_ref",
+            TICKETS,
+            "ticket_ref",
         ),
     ]
 
 
 # --- tasks -----------------------------------------------------------------------------------------
-def ticket_tasks(
-    generator: Generator, owner: str, email: str, ref: str, record: dict[str, Any], instruments: list[str]
-) -> list[Draft]:
-    """Cancel (or a refusal when not placed) and, for half of the tickets, a tip."""
-    auth = action("find_guest_id_by_email", email=email)
-    read = action("get_ticket", ticket_ref=ref)
-    reason = generator.rng.choice(["ordered by mistake", "plans changed", "taking too long"])
-    cancel = action("cancel_ticket", ticket_ref=ref, reason=reason)
-    request = f"Hi, my email is {email}. Please cancel my ticket {ref}; the reason: {reason}."
-    if record.get("state") == "placed":
-        drafts = [Draft("action_write", owner, request, [auth, read, cancel])]
-    else:
-        drafts = [
-            Draft(
-                "action_refusal",
-                owner,
-                request,
-                [auth, read],
-                refused=[cancel],
-                forbidden=[{"name": "cancel_ticket", "argument": "ticket_ref", "value": ref}],
-            )
-        ]
-    if instruments and record.get("state") != "cancelled" and generator.rng.random() < 0.5:
-        amount, instrument = generator.rng.choice(TIP_AMOUNTS), generator.rng.choice(instruments)
-        drafts.append(
-            Draft(
-                "action_write",
-                owner,
-                f"Hi, my email is {email}. Please add a tip of {fact_text(amount)} "
-                f"to my ticket {ref}, charged to my saved instrument {instrument}.",
-                [auth, read, action("add_tip", ticket_ref=ref, amount=amount, instrument_ref=instrument)],
-            )
-        )
-    return drafts
-
-
 def address_text(address: dict[str, str]) -> str:
     """Labelled, quoted fields: the values hold commas ("Carrer de la Pau, 15"), so a plain list would be
     ambiguous and the agent could not rebuild the exact address."""
@@ -366,28 +311,34 @@ def table_text(table: dict[str, Any]) -> str:
     return f"zone '{table['zone']}', table '{table['table_no']}', {table['seat_count']} seats"
 
 
-class ModificationDrafter:
-    """Drafts of the "Modify placed ticket" actions for one ticket of a patron with a unique email: done where
-    the policy allows them, else refused (gold: the reads that show why, the failing call in `refused`)."""
+class TicketDrafter(Drafter):
+    """Drafts for one ticket of a patron with a unique email: its cancellation and tip (`ticket_tasks`), and
+    the "Modify placed ticket" actions (`tasks`); done where the policy allows them, else refused (gold: the
+    reads that show why, the failing call in `refused`)."""
 
     def __init__(self, generator: Generator, guest: str, email: str, ref: str, record: dict[str, Any]) -> None:
         self.rng, self.base, self.ref, self.record = generator.rng, generator.domain.base, ref, record
-        self.owner, self.hello = f"{PATRONS}/{guest}", f"Hi, my email is {email}."
+        super().__init__(f"{PATRONS}/{guest}", f"Hi, my email is {email}.")
         self.patron = self.base[PATRONS][guest]
         self.reads = [action("find_guest_id_by_email", email=email), action("get_ticket", ticket_ref=ref)]
         self.placed = record.get("state") == "placed"
 
-    def draft(self, request: str, reads: list[dict[str, Any]], call: dict[str, Any], allowed: bool) -> Draft:
-        if allowed:
-            return Draft("action_write", self.owner, f"{self.hello} {request}", [*reads, call])
-        return Draft(
-            "action_refusal",
-            self.owner,
-            f"{self.hello} {request}",
-            reads,
-            refused=[call],
-            forbidden=[{"name": call["name"], "argument": "ticket_ref", "value": self.ref}],
-        )
+    def ticket_tasks(self) -> list[Draft]:
+        """Cancel (or a refusal when not placed) and, for half of the tickets, a tip."""
+        reason = self.rng.choice(["ordered by mistake", "plans changed", "taking too long"])
+        cancel = action("cancel_ticket", ticket_ref=self.ref, reason=reason)
+        request = f"Please cancel my ticket {self.ref}; the reason: {reason}."
+        drafts = [self.decide(self.placed, request, self.reads, cancel, "ticket_ref")]
+        instruments = list(self.patron.get("saved_instruments") or {})
+        if instruments and self.record.get("state") != "cancelled" and self.rng.random() < 0.5:
+            amount, instrument = self.rng.choice(TIP_AMOUNTS), self.rng.choice(instruments)
+            tip = action("add_tip", ticket_ref=self.ref, amount=amount, instrument_ref=instrument)
+            request = (
+                f"Please add a tip of {fact_text(amount)} to my ticket {self.ref}, "
+                f"charged to my saved instrument {instrument}."
+            )
+            drafts.append(self.draft("action_write", request, [*self.reads, tip]))
+        return drafts
 
     def tasks(self) -> list[Draft]:
         mode, drafts = self.record.get("service_mode"), []
@@ -423,11 +374,12 @@ class ModificationDrafter:
         new = {name: chosen[name] for name in ADDRESS_FIELDS}
         request = f"Please deliver my ticket {self.ref} to this address instead: {address_text(new)}."
         return [
-            self.draft(
+            self.decide(
+                self.allowed("delivery"),
                 request,
                 self.reads,
                 action("modify_ticket_dropoff", ticket_ref=self.ref, **new),
-                self.allowed("delivery"),
+                "ticket_ref",
             )
         ]
 
@@ -447,22 +399,22 @@ class ModificationDrafter:
         zone, table_no, seats = self.rng.choice(tables)
         new = {"zone": zone, "table_no": table_no, "seat_count": seats}
         drafts = [
-            self.draft(
+            self.decide(
+                self.allowed("dine_in"),
                 f"For my ticket {self.ref}, please move us to {table_text(new)}.",
                 self.reads,
                 action("modify_ticket_table", ticket_ref=self.ref, **new),
-                self.allowed("dine_in"),
+                "ticket_ref",
             )
         ]
         if current and self.allowed("dine_in") and self.rng.random() < SEAT_SHARE:
             more = {**current, "seat_count": current["seat_count"] + self.rng.choice(SEATS_ADDED)}
             drafts.append(
                 self.draft(
+                    "action_write",
                     f"More friends are joining: for my ticket {self.ref}, please keep our table "
                     f"but make it {table_text(more)}.",
-                    self.reads,
-                    action("modify_ticket_table", ticket_ref=self.ref, **more),
-                    True,
+                    [*self.reads, action("modify_ticket_table", ticket_ref=self.ref, **more)],
                 )
             )
         return drafts
@@ -487,7 +439,9 @@ class ModificationDrafter:
             request = f"Please pay my ticket {self.ref} with my other card instead, instrument {new}."
         reads = [*self.reads, action("get_guest", guest_ref=self.record["guest_ref"])]
         return [
-            self.draft(request, reads, action("modify_ticket_payment", ticket_ref=self.ref, instrument_ref=new), False)
+            self.refuse(
+                request, reads, action("modify_ticket_payment", ticket_ref=self.ref, instrument_ref=new), "ticket_ref"
+            )
         ]
 
     def plate_tasks(self) -> list[Draft]:
@@ -534,31 +488,20 @@ class ModificationDrafter:
             new_plate_refs=[new],
             instrument_ref=instrument,
         )
-        return self.draft(request, reads, call, allowed)
-
-
-def patrons_by_email(generator: Generator) -> list[tuple[str, dict[str, Any], str]]:
-    """(guest_ref, patron, email) of the patrons whose email authenticates them unambiguously."""
-    shape, found = generator.shapes[PATRONS], []
-    for guest, patron in generator.domain.base[PATRONS].items():
-        email = generator.unique_email(shape, guest)
-        if email:
-            found.append((guest, patron, email))
-    return found
+        return self.decide(allowed, request, reads, call, "ticket_ref")
 
 
 def drafts(generator: Generator) -> list[Draft]:
     """Per ticket of a patron with a unique email: a cancellation and some tips, then (after all of those, so
     their random draws and numbering stay as they were) the ticket modifications."""
     tickets, found = generator.domain.base[TICKETS], []
-    patrons = patrons_by_email(generator)
-    for guest, patron, email in patrons:
-        instruments = list(patron.get("saved_instruments") or {})
-        for ref, record in tickets.items():
-            if record.get("guest_ref") == guest:
-                found += ticket_tasks(generator, f"{PATRONS}/{guest}", email, ref, record, instruments)
+    patrons = generator.by_email(PATRONS)
     for guest, _, email in patrons:
         for ref, record in tickets.items():
             if record.get("guest_ref") == guest:
-                found += ModificationDrafter(generator, guest, email, ref, record).tasks()
+                found += TicketDrafter(generator, guest, email, ref, record).ticket_tasks()
+    for guest, _, email in patrons:
+        for ref, record in tickets.items():
+            if record.get("guest_ref") == guest:
+                found += TicketDrafter(generator, guest, email, ref, record).tasks()
     return found

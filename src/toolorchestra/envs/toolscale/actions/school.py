@@ -38,8 +38,8 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from toolorchestra.envs.toolscale.actions.shared import AMOUNT_SCHEMA, existing, money, new_key, positive_amount
-from toolorchestra.envs.toolscale.drafts import Draft, action, fact_text
-from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema
+from toolorchestra.envs.toolscale.drafts import Draft, Drafter, action, fact_text
+from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema, write_spec
 
 if TYPE_CHECKING:
     from toolorchestra.envs.toolscale.data import Database, Domain
@@ -327,9 +327,9 @@ def specs(domain: Domain) -> list[ToolSpec]:
     who = {"student_id": TEXT, "registration_id": TEXT}
     rates = ", ".join(f"{level} {fact_text(rate)}" for level, rate in RATE_PER_CREDIT.items())
     return [
-        ToolSpec(
+        write_spec(
             "register_courses",
-            "WRITE. Register a student for courses of one term: courses open, no schedule "
+            "Register a student for courses of one term: courses open, no schedule "
             f"conflict; tuition per course = credits x rate per credit ({rates}); health insurance 'yes' adds "
             f"{fact_text(HEALTH_FEE)}; payments (saved payment methods) must sum exactly to the total due. "
             "Grading defaults to letter.",
@@ -348,13 +348,12 @@ def specs(domain: Domain) -> list[ToolSpec]:
                 }
             ),
             register_courses,
-            writes=True,
-            collection=REGISTRATIONS,
-            key_argument="student_id",
+            REGISTRATIONS,
+            "student_id",
         ),
-        ToolSpec(
+        write_spec(
             "modify_registration",
-            "WRITE. Add courses (same term, open; priced like register_courses), drop "
+            "Add courses (same term, open; priced like register_courses), drop "
             "courses and/or change grading options of a student's registration; no schedule conflict. A tuition "
             "increase is charged to payment_id (a saved payment method); a decrease is refunded as a negative "
             "amount (to payment_id if given, else the latest payment). Health insurance cannot change.",
@@ -374,19 +373,17 @@ def specs(domain: Domain) -> list[ToolSpec]:
                 },
             ),
             modify_registration,
-            writes=True,
-            collection=REGISTRATIONS,
-            key_argument="registration_id",
+            REGISTRATIONS,
+            "registration_id",
         ),
-        ToolSpec(
+        write_spec(
             "cancel_registration",
-            "WRITE. Cancel a student's registration: all courses dropped, every payment "
+            "Cancel a student's registration: all courses dropped, every payment "
             "refunded as a negative amount to its payment_id.",
             object_schema(who),
             cancel_registration,
-            writes=True,
-            collection=REGISTRATIONS,
-            key_argument="registration_id",
+            REGISTRATIONS,
+            "registration_id",
         ),
     ]
 
@@ -403,7 +400,7 @@ def method_text(method: dict[str, Any], methods: dict[str, Any]) -> str:
     return text if unique else f"{text} ({method['payment_method_id']})"
 
 
-class SchoolDrafter:
+class SchoolDrafter(Drafter):
     """Drafts for one student about their first registration: a cancellation, drops, adds, grading changes, a new
     registration for the other term, and refusals where the policy forbids the request."""
 
@@ -412,28 +409,12 @@ class SchoolDrafter:
         self.catalog = generator.domain.base[COURSES]
         self.registration_id = registration_id
         self.registration = generator.domain.base[REGISTRATIONS][registration_id]
-        self.owner = f"{STUDENTS}/{student_id}"
-        self.hello = f"Hi, I'm {record['name']['first_name']} {record['name']['last_name']}, student id {student_id}."
+        name = record["name"]
+        super().__init__(
+            f"{STUDENTS}/{student_id}", f"Hi, I'm {name['first_name']} {name['last_name']}, student id {student_id}."
+        )
         self.methods = record.get("payment_methods") or {}
         self.lines = self.registration.get("courses") or []
-
-    def draft(
-        self,
-        family: str,
-        request: str,
-        actions: list[dict[str, Any]],
-        refused: dict[str, Any] | None = None,
-        forbid: tuple[str, str, str] | None = None,
-    ) -> Draft:
-        forbidden = [{"name": forbid[0], "argument": forbid[1], "value": forbid[2]}] if forbid else []
-        return Draft(
-            family,
-            self.owner,
-            f"{self.hello} {request}",
-            actions,
-            forbidden=forbidden,
-            refused=[refused] if refused else [],
-        )
 
     def mine(self) -> tuple[str, list[dict[str, Any]]]:
         """How the student names the registration, and the reads that find it (some don't know its id)."""
@@ -465,15 +446,9 @@ class SchoolDrafter:
         drafts = [self.draft("action_write", f"Please cancel {which} and refund my payments.", [*reads, call])]
         if others and self.rng.random() < 0.3:  # someone else's registration: the tool refuses it
             other = self.rng.choice(others)
-            drafts.append(
-                self.draft(
-                    "action_refusal",
-                    f"Please cancel registration {other}.",
-                    [action("get_registration", registration_id=other)],
-                    action("cancel_registration", student_id=self.student_id, registration_id=other),
-                    ("cancel_registration", "registration_id", other),
-                )
-            )
+            call = action("cancel_registration", student_id=self.student_id, registration_id=other)
+            read = action("get_registration", registration_id=other)
+            drafts.append(self.refuse(f"Please cancel registration {other}.", [read], call, "registration_id"))
         return drafts
 
     def drop_task(self) -> list[Draft]:
@@ -538,11 +513,7 @@ class SchoolDrafter:
         call = self.modify(
             add_courses=[{"course_id": added["course_id"], "grading_option": grading}], payment_id=payment_id
         )
-        if family == "action_write":
-            return self.draft(family, request, [*reads, call])
-        return self.draft(
-            family, request, reads, call, ("modify_registration", "registration_id", self.registration_id)
-        )
+        return self.decide(family == "action_write", request, reads, call, "registration_id")
 
     def insurance_task(self) -> list[Draft]:
         if self.rng.random() >= 0.4:
@@ -554,15 +525,7 @@ class SchoolDrafter:
             if wanted == "no"
             else f"Please add health insurance to {which}."
         )
-        return [
-            self.draft(
-                "action_refusal",
-                request,
-                reads,
-                self.modify(health_insurance=wanted),
-                ("modify_registration", "registration_id", self.registration_id),
-            )
-        ]
+        return [self.refuse(request, reads, self.modify(health_insurance=wanted), "registration_id")]
 
     def register_tasks(self) -> list[Draft]:
         """A registration for the other term: done right (half of the students), or (a quarter) paid only in
@@ -628,11 +591,7 @@ class SchoolDrafter:
             health_insurance=insurance,
             payments=payments,
         )
-        if refused:
-            return [
-                self.draft("action_refusal", request, reads, call, ("register_courses", "student_id", self.student_id))
-            ]
-        return [self.draft("action_write", request, [*reads, call])]
+        return [self.decide(not refused, request, reads, call, "student_id")]
 
 
 def drafts(generator: Generator) -> list[Draft]:

@@ -1,16 +1,18 @@
 """Helpers the domain policy actions share: the fixed episode clock, record lookups that fail as the agent
-should read them, new keys, amounts and write specs. A leaf below every `actions/<domain>.py`: it imports only
-the tool layer, so domain modules, the task generator and the action lookup never import one another in a circle.
+should read them, new keys, amounts and addresses (write specs are `tools.write_spec`). A leaf below every
+`actions/<domain>.py`: it imports only the tool layer, so domain modules, the task generator and the action
+lookup never import one another in a circle.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
+from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec
+from toolorchestra.envs.toolscale.tools import ToolFailure
 
 if TYPE_CHECKING:
     from toolorchestra.envs.toolscale.data import Database
@@ -51,24 +53,26 @@ def positive_amount(arguments: dict[str, Any], name: str = "amount", allow_zero:
     return float(value)
 
 
+def pick_entries(
+    entries: list[dict[str, Any]], field: str, wanted: list[str], argument: str, holder: str, rule: str
+) -> list[int]:
+    """The index of one entry per value of `field` that argument `argument` lists (`wanted`; a value listed twice
+    takes two entries). Where `holder` (e.g. "sale 'S1'") has too few: a ToolFailure that ends with `rule`."""
+    held = Counter(entry.get(field) for entry in entries)
+    for value, count in Counter(wanted).items():
+        if held[value] < count:
+            have = f"only {held[value]}" if held[value] else "none"
+            raise ToolFailure(
+                f"invalid argument {argument}: {count} x {value!r} requested but {holder} has {have}; {rule}"
+            )
+    pools: dict[Any, list[int]] = {}
+    for index, entry in enumerate(entries):
+        pools.setdefault(entry.get(field), []).append(index)
+    return [pools[value].pop(0) for value in wanted]
+
+
 def money(value: float) -> float:
     return round(value, 2)
-
-
-def write_spec(
-    name: str, description: str, parameters: dict[str, Any], handler: Any, collection: str, key_argument: str
-) -> ToolSpec:
-    """A policy write action: its description marked WRITE for the agent, and the collection and key argument
-    that name the record it changes (what refusals forbid)."""
-    return ToolSpec(
-        name,
-        f"WRITE. {description}",
-        parameters,
-        handler,
-        writes=True,
-        collection=collection,
-        key_argument=key_argument,
-    )
 
 
 def address_of(arguments: dict[str, Any], fields: Sequence[str], optional: Sequence[str]) -> dict[str, str]:
@@ -84,4 +88,4 @@ def address_of(arguments: dict[str, Any], fields: Sequence[str], optional: Seque
 
 AMOUNT_SCHEMA = {"type": "number", "exclusiveMinimum": 0}
 
-__all__ = ["AMOUNT_SCHEMA", "NOW", "address_of", "existing", "money", "new_key", "positive_amount", "write_spec"]
+__all__ = ["AMOUNT_SCHEMA", "NOW", "address_of", "existing", "money", "new_key", "pick_entries", "positive_amount"]

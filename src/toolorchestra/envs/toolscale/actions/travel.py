@@ -29,9 +29,9 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from toolorchestra.envs.toolscale.actions.shared import existing, money, write_spec
-from toolorchestra.envs.toolscale.drafts import Draft, action, fact_text
-from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema
+from toolorchestra.envs.toolscale.actions.shared import existing, money
+from toolorchestra.envs.toolscale.drafts import Draft, Drafter, action, fact_text
+from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema, write_spec
 
 if TYPE_CHECKING:
     from toolorchestra.envs.toolscale.data import Database, Domain
@@ -268,33 +268,16 @@ def specs(domain: Domain) -> list[ToolSpec]:
 
 
 # --- tasks -----------------------------------------------------------------------------------------
-class TravelDrafter:
+class TravelDrafter(Drafter):
     """Drafts for one traveler: the user gives their traveler id (the policy's identification), the gold
     reads their profile, then the package or agent where the change depends on it, then the write."""
 
     def __init__(self, generator: Generator, traveler_id: str, record: dict[str, Any]) -> None:
         self.gen, self.rng, self.traveler_id, self.record = generator, generator.rng, traveler_id, record
         self.base = generator.domain.base
-        self.profile = action("get_traveler", traveler_id=traveler_id)
+        hello = f"Hi, my traveler id is {traveler_id}."
+        super().__init__(f"{TRAVELERS}/{traveler_id}", hello, [action("get_traveler", traveler_id=traveler_id)])
         self.methods = list(record.get("payment_methods") or {})
-
-    def draft(
-        self,
-        family: str,
-        request: str,
-        actions: list[dict[str, Any]],
-        refused: dict[str, Any] | None = None,
-        forbid: tuple[str, str, str] | None = None,
-    ) -> Draft:
-        forbidden = [{"name": forbid[0], "argument": forbid[1], "value": forbid[2]}] if forbid else []
-        return Draft(
-            family,
-            f"{TRAVELERS}/{self.traveler_id}",
-            f"Hi, my traveler id is {self.traveler_id}. {request}",
-            [self.profile, *actions],
-            forbidden=forbidden,
-            refused=[refused] if refused else [],
-        )
 
     def call(self, name: str, booking: dict[str, Any], **arguments: Any) -> dict[str, Any]:
         return action(name, traveler_id=self.traveler_id, booking_id=booking["booking_id"], **arguments)
@@ -327,15 +310,7 @@ class TravelDrafter:
         if bad:
             date = self.rng.choice(bad)
             call = self.call("update_booking_departure_date", booking, new_departure_date=date)
-            drafts.append(
-                self.draft(
-                    "action_refusal",
-                    ask(date) + self.pay_with(1, call),
-                    [read],
-                    call,
-                    ("update_booking_departure_date", "booking_id", booking["booking_id"]),
-                )
-            )
+            drafts.append(self.refuse(ask(date) + self.pay_with(1, call), [read], call, "booking_id"))
         return drafts
 
     def add_on_task(self, booking: dict[str, Any]) -> list[Draft]:
@@ -351,15 +326,7 @@ class TravelDrafter:
             return [self.draft("action_write", request + self.pay_with(price, call), [call])]
         unsaved = "PM-" + self.traveler_id  # no saved method: the user offers one that is not on file
         call["arguments"]["payment_method_id"] = unsaved
-        return [
-            self.draft(
-                "action_refusal",
-                request + f" Charge my card {unsaved}.",
-                [],
-                call,
-                ("update_booking_add_ons", "booking_id", booking["booking_id"]),
-            )
-        ]
+        return [self.refuse(request + f" Charge my card {unsaved}.", [], call, "booking_id")]
 
     def traveler_tasks(self, booking: dict[str, Any]) -> list[Draft]:
         people = [dict(person) for person in booking["travelers"]]
@@ -379,15 +346,8 @@ class TravelDrafter:
             extra = [*booking["travelers"], {"first_name": "Sam", "last_name": old_name, "dob": "10-06-01"}]
             who = "; ".join(f"{p['first_name']} {p['last_name']} (born {p['dob']})" for p in extra)
             call = self.call("update_booking_travelers", booking, travelers=extra)
-            drafts.append(
-                self.draft(
-                    "action_refusal",
-                    f"Please add a traveler to my booking {booking['booking_id']}: the travelers should be {who}.",
-                    [],
-                    call,
-                    ("update_booking_travelers", "booking_id", booking["booking_id"]),
-                )
-            )
+            request = f"Please add a traveler to my booking {booking['booking_id']}: the travelers should be {who}."
+            drafts.append(self.refuse(request, [], call, "booking_id"))
         return drafts
 
     def rooming_task(self, booking: dict[str, Any]) -> list[Draft]:
@@ -406,16 +366,10 @@ class TravelDrafter:
         """Another traveler's booking: not theirs to change."""
         room = "suite"
         call = self.call("update_booking_rooming", booking, room_type=room, occupancy=len(booking["travelers"]))
-        return [
-            self.draft(
-                "action_refusal",
-                f"Please change the rooming of booking {booking['booking_id']} "
-                f"(my friend {other_id}'s) to a {room} room.",
-                [],
-                call,
-                ("update_booking_rooming", "booking_id", booking["booking_id"]),
-            )
-        ]
+        request = (
+            f"Please change the rooming of booking {booking['booking_id']} (my friend {other_id}'s) to a {room} room."
+        )
+        return [self.refuse(request, [], call, "booking_id")]
 
     def meeting_tasks(self, agent_id: str) -> list[Draft]:
         agent = self.base[AGENTS][agent_id]
@@ -440,15 +394,7 @@ class TravelDrafter:
         if self.rng.random() < 0.4 and late < "23:00":
             late_range = f"{late}-{int(late[:2]) + 1:02d}:30"
             refused = {**call, "arguments": {**call["arguments"], "time_range": late_range}}
-            drafts.append(
-                self.draft(
-                    "action_refusal",
-                    ask(date, late_range),
-                    [read],
-                    refused,
-                    ("schedule_agent_meeting", "agent_id", agent_id),
-                )
-            )
+            drafts.append(self.refuse(ask(date, late_range), [read], refused, "agent_id"))
         return drafts
 
 

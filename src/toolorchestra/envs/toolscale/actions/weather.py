@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from toolorchestra.envs.toolscale.actions.shared import existing
 from toolorchestra.envs.toolscale.drafts import Draft, action, fact_text
-from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema
+from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema, write_spec
 
 if TYPE_CHECKING:
     from toolorchestra.envs.toolscale.data import Database, Domain
@@ -78,15 +78,14 @@ def specs(domain: Domain) -> list[ToolSpec]:
         {"notes": {"type": "string"}},
     )
     return [
-        ToolSpec(
+        write_spec(
             "verify_forecast_for_date",
-            "WRITE. Record (overwrite or add) the verification of a forecast "
+            "Record (overwrite or add) the verification of a forecast "
             "for one date: actual high/low (C), precipitation (mm), status pending|verified|revised, notes.",
             parameters,
             verify_forecast_for_date,
-            writes=True,
-            collection=FORECASTS,
-            key_argument="forecast_id",
+            FORECASTS,
+            "forecast_id",
         )
     ]
 
