@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 import typer
 
 from toolorchestra.agent.trajectory import Step, Trajectory
+from toolorchestra.cli.console import console as cli_console
+from toolorchestra.cli.console import table
 from toolorchestra.errors import UserError
 
 if TYPE_CHECKING:  # only for annotations: the catalog and the reader load with the command, not the CLI
@@ -75,7 +77,7 @@ def run(
     if save:
         save.open("a", encoding="utf-8").close()  # a file that cannot be written fails before any call is paid
     if not as_json and policy == "auto":
-        _console().print(f"[dim]policy: {'reader' if reader else 'orchestrator'} (auto)[/]")
+        cli_console().print(f"[dim]policy: {'reader' if reader else 'orchestrator'} (auto)[/]")
     if reader is not None:
         trajectory = asyncio.run(_run_reader(question, catalog, reader, as_json))
     else:
@@ -158,14 +160,8 @@ async def _run_reader(question: str, catalog: Catalog, reader: ReaderPolicy, qui
     return trajectory
 
 
-def _console():
-    from toolorchestra.cli.console import console
-
-    return console()
-
-
 def _print_step(step: Step) -> None:
-    console = _console()
+    console = cli_console()
     cost = f"{step.prompt_tokens}+{step.completion_tokens} tok  ${step.cost_usd:.6f}  {step.latency_s:.2f}s"
     if step.kind == "orchestrator":
         console.print(f"[bold cyan]turn {step.turn}[/] [cyan]{step.name}[/]  {cost}")
@@ -190,13 +186,8 @@ def _clip(text: str, limit: int) -> str:
 
 
 def _print_summary(trajectory: Trajectory) -> None:
-    from rich.table import Table
-
-    console = _console()
-    table = Table(title="summary", show_header=True)
-    for column in ("steps", "prompt tok", "completion tok", "cost $", "latency s", "stop"):
-        table.add_column(column)
-    table.add_row(
+    console = cli_console()
+    row = (
         str(len(trajectory.steps)),
         str(trajectory.prompt_tokens),
         str(trajectory.completion_tokens),
@@ -204,6 +195,6 @@ def _print_summary(trajectory: Trajectory) -> None:
         f"{trajectory.latency_s:.2f}",
         trajectory.stop_reason or "-",
     )
-    console.print(table)
+    console.print(table("summary", ("steps", "prompt tok", "completion tok", "cost $", "latency s", "stop"), [row]))
     answer = trajectory.final_answer if trajectory.final_answer is not None else "(no answer)"
     console.print(f"[bold]answer:[/] {_clip(answer, 2000)}")
