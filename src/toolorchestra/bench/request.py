@@ -10,6 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from toolorchestra.agent.engine import serving
+from toolorchestra.agent.paper import PaperProtocol
+from toolorchestra.agent.preference import Preference
 from toolorchestra.agent.trajectory import Trajectory
 from toolorchestra.bench.policies import (
     PROFILE_PER_TYPE,
@@ -208,21 +211,17 @@ def first_per_subtask(tasks: Sequence[Task], count: int) -> list[Task]:
 
 async def run_episode(env: Env, policy: Policy, task: Task) -> Trajectory:
     """One scored episode; a policy that crashes yields an error trajectory, not a failed batch."""
-    from toolorchestra.envs.base import current_task
-
-    token = current_task.set(task)
-    try:
-        trajectory = await policy.run(task, env.tools_for(task))
-    except Exception as exc:  # recorded, so the run goes on and the report shows the failure
-        trajectory = Trajectory(
-            task_id=task.id,
-            policy=policy.name,
-            question=task.prompt,
-            stop_reason="error",
-            score_details={"error": f"{exc.__class__.__name__}: {exc}"},
-        )
-    finally:
-        current_task.reset(token)
+    with serving(task):
+        try:
+            trajectory = await policy.run(task, env.tools_for(task))
+        except Exception as exc:  # recorded, so the run goes on and the report shows the failure
+            trajectory = Trajectory(
+                task_id=task.id,
+                policy=policy.name,
+                question=task.prompt,
+                stop_reason="error",
+                score_details={"error": f"{exc.__class__.__name__}: {exc}"},
+            )
     score = await env.ascore(task, trajectory) if isinstance(env, AsyncScoring) else env.score(task, trajectory)
     trajectory.env, trajectory.split, trajectory.policy = env.name, task.split, policy.name
     trajectory.correct = score.correct
@@ -267,8 +266,6 @@ def _env_options(request: EvalRequest) -> dict[str, Any]:
 
 def request_policies(request: EvalRequest, env: Env) -> list[Policy]:
     """The policies of the request's --policy spec over `env`, with its --prefer where a policy takes one."""
-    from toolorchestra.agent.preference import Preference
-
     return parse_policy(
         request.policy,
         env,
@@ -280,11 +277,9 @@ def request_policies(request: EvalRequest, env: Env) -> list[Policy]:
 
 def orchestrator_factory(request: EvalRequest) -> Callable[[str], Policy]:
     def build(model: str) -> Policy:
-        from toolorchestra.agent.preference import Preference
         from toolorchestra.backends.pool import ModelPool, make_backend
         from toolorchestra.catalog.schema import LatencyPrior, LocalBackendSpec, ModelSpec, Price
 
-        preference = Preference.parse(request.prefer)
         if request.config is not None:
             from toolorchestra.catalog import load_catalog
 
@@ -311,21 +306,16 @@ def orchestrator_factory(request: EvalRequest) -> Callable[[str], Policy]:
                 f"{', '.join(local_orchestrators())} (embedded), a local model path or .gguf file, "
                 "or a model named in --config CATALOG (e.g. an OpenAI-compatible server)"
             )
-        protocol = None
-        if request.context_mode() == "paper":
-            from toolorchestra.agent.paper import PaperProtocol
-
-            protocol = PaperProtocol()
         return OrchestratorPolicy(
             f"orchestrator:{model}",
             backend,
             model_name=model,
             price=spec.price,
-            preference=preference,
+            preference=Preference.parse(request.prefer),
             max_turns=request.max_turns,
             max_tokens=request.max_tokens,
             tools=request.tools,
-            protocol=protocol,
+            protocol=PaperProtocol() if request.context_mode() == "paper" else None,
         )
 
     return build
