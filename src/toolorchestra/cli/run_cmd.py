@@ -78,10 +78,7 @@ def run(
         save.open("a", encoding="utf-8").close()  # a file that cannot be written fails before any call is paid
     if not as_json and policy == "auto":
         cli_console().print(f"[dim]policy: {'reader' if reader else 'orchestrator'} (auto)[/]")
-    if reader is not None:
-        trajectory = asyncio.run(_run_reader(question, catalog, reader, as_json))
-    else:
-        trajectory = asyncio.run(_run(question, catalog, prefer, max_turns, max_budget, temperature, as_json))
+    trajectory = asyncio.run(_run(question, catalog, reader, prefer, max_turns, max_budget, temperature, as_json))
     if save:
         from toolorchestra.agent.trajectory import write_trajectory
 
@@ -107,12 +104,16 @@ def _exit_if_failed(trajectory: Trajectory) -> None:
 async def _run(
     question: str,
     catalog: Catalog,
+    reader: ReaderPolicy | None,
     prefer: str | None,
     max_turns: int,
     max_budget: float | None,
     temperature: float,
     quiet: bool,
 ) -> Trajectory:
+    """One episode over the catalog's pool: the catalog's orchestrator model writes the calls, or the reader
+    answers over the answer labels (it places the question among the profiles' task types, with --calibration,
+    weighs each label's expected reward, and answers with the best one)."""
     from toolorchestra.agent.loop import Orchestrator
     from toolorchestra.agent.preference import Preference
     from toolorchestra.backends.pool import ModelPool
@@ -120,44 +121,31 @@ async def _run(
     from toolorchestra.tools.factory import build_tools
 
     pool = ModelPool(catalog.models)
-    tools = build_tools(catalog.tools, pool)
-    local_tools = [s.name for s in catalog.tools if s.type in ("python", "search")]
-    orchestrator_spec = catalog.model(catalog.orchestrator)
-    orchestrator = Orchestrator(
-        pool.backend(catalog.orchestrator),
-        tools,
-        model_name=catalog.orchestrator,
-        price=orchestrator_spec.price,
-        preference=Preference.parse(prefer, local_tools),
-        max_turns=max_turns,
-        max_budget_usd=max_budget,
-        temperature=temperature,
-        on_step=None if quiet else _print_step,
-    )
-    try:
-        return await orchestrator.run(Task(id="cli", split="cli", prompt=question))
-    finally:
-        await pool.aclose()
-
-
-async def _run_reader(question: str, catalog: Catalog, reader: ReaderPolicy, quiet: bool) -> Trajectory:
-    """One episode of the reader over the catalog's answer labels: it places the question among the profiles'
-    task types (with --calibration), weighs each label's expected reward, and answers with the best one."""
-    from toolorchestra.backends.pool import ModelPool
-    from toolorchestra.envs.base import Task
-    from toolorchestra.tools.factory import build_tools
-
-    pool = ModelPool(catalog.models)
+    task = Task(id="cli", split="cli", prompt=question)
     try:
         tools = build_tools(catalog.tools, pool)
-        reader.check_pool(tools)
-        trajectory = await reader.run(Task(id="cli", split="cli", prompt=question), tools)
+        if reader is not None:
+            reader.check_pool(tools)
+            trajectory = await reader.run(task, tools)
+            if not quiet:
+                for step in trajectory.steps:
+                    _print_step(step)
+            return trajectory
+        local_tools = [s.name for s in catalog.tools if s.type in ("python", "search")]
+        orchestrator = Orchestrator(
+            pool.backend(catalog.orchestrator),
+            tools,
+            model_name=catalog.orchestrator,
+            price=catalog.model(catalog.orchestrator).price,
+            preference=Preference.parse(prefer, local_tools),
+            max_turns=max_turns,
+            max_budget_usd=max_budget,
+            temperature=temperature,
+            on_step=None if quiet else _print_step,
+        )
+        return await orchestrator.run(task)
     finally:
         await pool.aclose()
-    if not quiet:
-        for step in trajectory.steps:
-            _print_step(step)
-    return trajectory
 
 
 def _print_step(step: Step) -> None:
