@@ -263,10 +263,6 @@ def outcomes(world: RecordedWorld, tasks: Sequence[Task]) -> Outcomes:
     return Outcomes(list(tasks), models, correct, cost, keys)
 
 
-def _cheapest_model(train: Outcomes) -> str:
-    return train.models[int(np.argmin(train.cost.mean(axis=0)))]
-
-
 def _best_model(train: Outcomes) -> str:
     """Most accurate on `train`; ties go to the cheaper model."""
     accuracy = train.correct.mean(axis=0)
@@ -372,7 +368,7 @@ def parse_policy(
     train = outcomes(env, env.tasks("train"))
     if kind == "cheapest":
         _no_argument(spec, argument)
-        cheapest = _cheapest_model(train)
+        cheapest = train.models[int(np.argmin(train.cost.mean(axis=0)))]
         return [ChooseModelPolicy(spec, env, lambda task: cheapest)]
     if kind == "per-subtask":
         _no_argument(spec, argument)

@@ -179,12 +179,6 @@ def _frontier_members(runs: Sequence[Run]) -> set[int]:
     return members
 
 
-def _zero_cost_x(group: Sequence[Run]) -> float:
-    """Where a free run is drawn on the log axis: left of the cheapest paid run."""
-    paid = [run.cost_per_task for run in group if run.cost_per_task > 0]
-    return (min(paid) if paid else 1e-6) / ZERO_COST_SHIFT
-
-
 # --- figures -----------------------------------------------------------------------------------
 _ORCHESTRATOR_COLORS = ("tab:red", "darkmagenta", "darkred", "deeppink", "maroon", "crimson", "indigo")
 _STYLE = {
@@ -214,7 +208,8 @@ def plot_pareto(runs: Sequence[Run], path: Path) -> None:
 def _draw_group(axis: Any, group: Sequence[Run]) -> None:
     baseline_colors = iter(["tab:blue", "tab:green", "tab:purple", "tab:brown", "tab:cyan", "tab:olive", "tab:pink"])
     orchestrator_colors: dict[str, str] = {}  # one color per orchestrator run (policy and preference)
-    zero = _zero_cost_x(group)
+    paid = [run.cost_per_task for run in group if run.cost_per_task > 0]
+    zero = (min(paid) if paid else 1e-6) / ZERO_COST_SHIFT  # a free run is drawn left of the cheapest paid run
 
     def cost_x(run: Run) -> float:
         return run.cost_per_task if run.cost_per_task > 0 else zero

@@ -12,6 +12,7 @@ import typer
 
 from toolorchestra.cli.console import console as cli_console
 from toolorchestra.cli.console import table
+from toolorchestra.errors import EvalError, UserError
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -212,7 +213,6 @@ def eval_command(
         return
     from toolorchestra.bench.eval import EvalRequest, run_eval
     from toolorchestra.envs.replay.world import parse_price_scale
-    from toolorchestra.errors import UserError
 
     if context not in ("auto", "paper", "history"):
         raise UserError(f"--context {context!r}: expected auto, paper or history")
@@ -294,8 +294,6 @@ def _task_ids(text: str | None) -> list[str] | None:
     skipped; an id itself may hold a #, as replay ids do)."""
     if not text or not text.startswith("@"):
         return _names(text)
-    from toolorchestra.errors import UserError
-
     path = Path(text[1:])
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
@@ -421,8 +419,6 @@ def _fail_if_every_episode_failed(metrics: dict) -> None:
     """Exit non-zero (one clear message) when every episode failed, or when none gave an answer (e.g. --tools
     left out the answer tool, or --max-turns ran out every time): an accuracy of 0 says nothing then. A run
     where only some failed exits 0 (the table shows the count)."""
-    from toolorchestra.errors import EvalError
-
     entries = metrics.get("sweep") or [metrics]
     episodes = sum(entry["n"] for entry in entries)
     if episodes and sum(entry.get("errors", 0) for entry in entries) == episodes:

@@ -18,6 +18,7 @@ import typer
 
 from toolorchestra.cli.console import console as cli_console
 from toolorchestra.cli.console import table
+from toolorchestra.errors import EvalError, UserError
 
 if TYPE_CHECKING:
     from toolorchestra.bench.record import ModelTally
@@ -64,8 +65,6 @@ def check(directory: Path = typer.Argument(..., help="a directory in the replay 
     ]
     console.print(table("per model, over the kept questions", columns, rows))
     if not sum(kept.values()):
-        from toolorchestra.errors import UserError
-
         raise UserError(f"{directory}: no question was answered by every model, so the world has no task")
 
 
@@ -108,8 +107,6 @@ def record(
     seconds to OUT as a replay world (then: replay check, profile --env replay:OUT, run --policy reader)."""
     import asyncio
 
-    from toolorchestra.errors import EvalError
-
     tallies = asyncio.run(_record(questions, config, out, tool, models, limit, concurrency, judge, not no_progress))
     _print_tallies(tallies, out)
     failed = [tally for tally in tallies if tally.errors]
@@ -141,7 +138,6 @@ async def _record(
     from toolorchestra.catalog import load_catalog
     from toolorchestra.envs.live.judge import LiveJudge
     from toolorchestra.envs.replay.format import read_questions
-    from toolorchestra.errors import UserError
     from toolorchestra.tools.factory import build_tools
 
     catalog = load_catalog(config)

@@ -80,7 +80,7 @@ def _print_report(report: RescoreReport) -> None:
             _reward(score.recorded),
             _reward(score.ours),
             "yes" if score.agree else "NO",
-            _reason_cell(score),
+            "; ".join(score.reasons if not score.agree else score.notes),
             style=None if score.agree else "red",
         )
     console.print(scores)
@@ -102,10 +102,6 @@ def _task_cell(score: SimulationScore) -> str:
     if score.scored_task_id is None or score.scored_task_id == score.file_task_id:
         return score.file_task_id
     return f"{score.scored_task_id} (file: {score.file_task_id})"
-
-
-def _reason_cell(score: SimulationScore) -> str:
-    return "; ".join(score.reasons if not score.agree else score.notes)
 
 
 def _reward(value: float | None) -> str:
