@@ -24,6 +24,7 @@ from __future__ import annotations
 import base64
 import html
 import json
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -507,10 +508,9 @@ def plot_preferences(groups: Sequence[PreferenceGroup], path: Path) -> None:
         bars.legend(handles=[accuracy, cost], fontsize=8, loc="upper left")
         bars.set_title(f"{group.title}: accuracy and cost per preference", fontsize=10)
         distributions = [answer_distribution(run) for run in group.runs]
-        totals: dict[str, int] = {}
+        totals: Counter[str] = Counter()
         for distribution in distributions:
-            for name, count in distribution.items():
-                totals[name] = totals.get(name, 0) + count
+            totals.update(distribution)
         names = [name for name in sorted(totals, key=lambda n: (-totals[n], n)) if name not in (SELF, NO_ANSWER)]
         names += [name for name in (SELF, NO_ANSWER) if name in totals]
         bottom = np.zeros(len(labels))

@@ -26,11 +26,8 @@ class Price(_Strict):
         )
 
     def scaled(self, factor: float) -> Price:
-        return Price(
-            input_per_m=self.input_per_m * factor,
-            output_per_m=self.output_per_m * factor,
-            per_call=self.per_call * factor,
-        )
+        """Every price times `factor`."""
+        return Price(**{name: value * factor for name, value in self.model_dump().items()})
 
 
 class LatencyPrior(_Strict):
