@@ -422,9 +422,7 @@ def _fail_if_every_episode_failed(metrics: dict) -> None:
     entries = metrics.get("sweep") or [metrics]
     episodes = sum(entry["n"] for entry in entries)
     if episodes and sum(entry.get("errors", 0) for entry in entries) == episodes:
-        shown = []
-        for entry in entries:
-            shown += [error for error in entry.get("first_errors", []) if error not in shown]
+        shown = list(dict.fromkeys(error for entry in entries for error in entry.get("first_errors", [])))
         listed = "; ".join(f"({index}) {error}" for index, error in enumerate(shown[:3], 1))
         policy = metrics.get("spec") or metrics["policy"]
         raise EvalError(
