@@ -77,22 +77,17 @@ class EvalRequest:
     def manifest(self) -> dict[str, Any]:
         """What must match for a rerun into the same dir to resume it."""
         fields = {"env": self.env, "split": self.split, "policy": self.policy, "seed": self.seed}
-        if self.per_subtask is not None:
-            fields["per_subtask"] = self.per_subtask
-        if self.task_ids:
-            fields["task_ids"] = list(self.task_ids)
-        if self.judge:
-            fields["judge"] = self.judge
-        if self.price_scale:
-            fields["price_scale"] = dict(sorted(self.price_scale.items()))
-        if self.prices is not None:
-            fields["prices"] = str(self.prices)
-        if self.hold_out_models:
-            fields["hold_out_models"] = list(self.hold_out_models)
-        if self.rename_labels is not None:
-            fields["rename_labels"] = self.rename_labels
-        if self.shuffle_labels is not None:
-            fields["shuffle_labels"] = self.shuffle_labels
+        options = {  # written only when given (None: not given)
+            "per_subtask": self.per_subtask,
+            "task_ids": list(self.task_ids) if self.task_ids else None,
+            "judge": self.judge or None,
+            "price_scale": dict(sorted(self.price_scale.items())) if self.price_scale else None,
+            "prices": str(self.prices) if self.prices is not None else None,
+            "hold_out_models": list(self.hold_out_models) if self.hold_out_models else None,
+            "rename_labels": self.rename_labels,
+            "shuffle_labels": self.shuffle_labels,
+        }
+        fields.update({name: value for name, value in options.items() if value is not None})
         shown = self.shown_profiles()
         if shown != "none":
             fields["profiles"] = shown
