@@ -77,17 +77,19 @@ class Orchestrator:
         for turn in range(self.max_turns):
             messages, tools, offered = trajectory.messages, self.tools, schemas
             if self.protocol is not None:  # the paper's mode: a rebuilt request, maybe fewer tools
-                messages, tools = self._paper_request(task, trajectory, turn)
+                if turn:
+                    messages = self.protocol.messages(task.prompt, trajectory)
+                tools = self.protocol.offered(self.tools, turn, self.max_turns)
                 offered = schemas if len(tools) == len(self.tools) else [tool.schema() for tool in tools.values()]
             try:
                 completion = await self.backend.complete(
                     messages, offered, max_tokens=self.max_tokens, temperature=self.temperature
                 )
             except Exception as exc:  # the episode ends with the error recorded, the batch goes on
-                self._record(
-                    trajectory,
-                    Step(turn=turn, kind="orchestrator", name=self.model_name, error=f"orchestrator failed: {exc}"),
-                )
+                step = Step(turn=turn, kind="orchestrator", name=self.model_name, error=f"orchestrator failed: {exc}")
+                trajectory.steps.append(step)
+                if self.on_step is not None:
+                    self.on_step(step)
                 trajectory.stop_reason = "error"
                 return trajectory
             calls, call_errors = completion.tool_calls, completion.call_errors
@@ -111,13 +113,6 @@ class Orchestrator:
         trajectory.stop_reason = "max_turns"
         return trajectory
 
-    def _paper_request(
-        self, task: Task, trajectory: Trajectory, turn: int
-    ) -> tuple[list[dict[str, Any]], dict[str, Tool]]:
-        assert self.protocol is not None
-        messages = trajectory.messages if turn == 0 else self.protocol.messages(task.prompt, trajectory)
-        return messages, self.protocol.offered(self.tools, turn, self.max_turns)
-
     def _turn_step(self, turn: int, completion: Completion, call_errors: list[str]) -> Step:
         usage = completion.usage
         return Step.model_construct(
@@ -132,8 +127,3 @@ class Orchestrator:
             latency_s=completion.latency_s,
             error="; ".join(call_errors) or None,
         )
-
-    def _record(self, trajectory: Trajectory, step: Step) -> None:
-        trajectory.steps.append(step)
-        if self.on_step is not None:
-            self.on_step(step)

@@ -111,7 +111,8 @@ def read_decisions(path: Path) -> list[dict[str, str]]:
         return list(reader)
 
 
-def _first_saved(path: Path) -> dict[tuple[str, str], Trajectory]:
+def first_saved(path: Path) -> dict[tuple[str, str], Trajectory]:
+    """The first saved trajectory of each (policy, task id) in a trajectories.jsonl (none when it is missing)."""
     saved: dict[tuple[str, str], Trajectory] = {}
     if path.exists():
         for trajectory in read_trajectories(path):
@@ -126,7 +127,7 @@ def write_eval_decisions(
 
     The preference comes from `header["prefer"]` (the run's manifest), else from out/run.json."""
     header = header if header and "policy" in header else _manifest(out)
-    saved = _first_saved(out / "trajectories.jsonl")
+    saved = first_saved(out / "trajectories.jsonl")
     sweep = len(policies) > 1
     return [
         _write(out, policy, [t for t in task_ids if (policy, t) in saved], header, saved, sweep) for policy in policies
@@ -148,7 +149,7 @@ def decisions_from_dir(eval_dir: Path) -> list[Path]:
     sweep = metrics.get("kind") == "sweep"
     entries = metrics["sweep"] if sweep else [metrics]
     header = {**metrics, **_manifest(eval_dir)}
-    saved = _first_saved(eval_dir / "trajectories.jsonl")
+    saved = first_saved(eval_dir / "trajectories.jsonl")
     written = []
     for entry in entries:
         policy = str(entry["policy"])

@@ -92,10 +92,6 @@ def load_units(eval_dir: Path) -> list[Unit]:
     ]
 
 
-def world_dir(out: Path, world: str) -> Path:
-    return out if out.name == world else out / world
-
-
 def export_results(eval_dirs: Sequence[Path], out: Path) -> dict[Path, list[Unit]]:
     """Write every policy of `eval_dirs` under `out`; returns each written dir with its units."""
     from toolorchestra.bench.report import find_metric_files
@@ -107,7 +103,7 @@ def export_results(eval_dirs: Sequence[Path], out: Path) -> dict[Path, list[Unit
     groups: dict[Path, list[Unit]] = {}
     for metrics_path in metric_files:
         for unit in load_units(metrics_path.parent):
-            target = world_dir(out, unit.world) / safe_name(unit.policy)
+            target = (out if out.name == unit.world else out / unit.world) / safe_name(unit.policy)
             group = groups.setdefault(target, [])
             for other in group:
                 if other.policy != unit.policy:

@@ -56,10 +56,6 @@ def summarize(trajectories: Sequence[Trajectory]) -> dict[str, Any]:
     }
 
 
-def _role_entry() -> dict[str, float]:
-    return {"calls": 0, "cost_usd": 0.0, "prompt_tokens": 0, "completion_tokens": 0, "latency_s": 0.0}
-
-
 def by_role(trajectories: Sequence[Trajectory]) -> dict[str, dict[str, float]]:
     """Cost, tokens, latency and calls of the orchestrator, of each tool (`tool:NAME`) and each label
     (`label:LABEL`), in total and per question (`*_per_question`); the judge's, when one graded, apart
@@ -67,7 +63,9 @@ def by_role(trajectories: Sequence[Trajectory]) -> dict[str, dict[str, float]]:
     roles: dict[str, dict[str, float]] = {}
 
     def add(role: str, calls: int, cost: float, prompt: int, completion: int, latency: float) -> None:
-        entry = roles.setdefault(role, _role_entry())
+        entry = roles.setdefault(
+            role, {"calls": 0, "cost_usd": 0.0, "prompt_tokens": 0, "completion_tokens": 0, "latency_s": 0.0}
+        )
         entry["calls"] += calls
         entry["cost_usd"] += cost
         entry["prompt_tokens"] += prompt

@@ -169,11 +169,8 @@ class CascadePolicy(Policy):
         self.params = params
         self.fallback = fallback
 
-    def params_for(self, task: Task) -> CascadeParams:
-        return self.params.get(task.subtask, self.fallback)
-
     async def run(self, task: Task, tools: list[Tool]) -> Trajectory:
-        params = self.params_for(task)
+        params = self.params.get(task.subtask, self.fallback)
         episode = ScriptedEpisode(task, tools, self.name)
         label = self.world.label
         if params.check is None or params.escalate is None:
@@ -191,10 +188,9 @@ class CascadePolicy(Policy):
         return episode.finish()
 
 
-class RouterPolicy(Policy):
+class RouterPolicy(ChooseModelPolicy):
     def __init__(self, name: str, world: RecordedWorld, router: Any, threshold: float) -> None:
-        self.name = name
-        self.world = world
+        super().__init__(name, world, self._route)
         self.router = router
         self.threshold = threshold
         self._probabilities: dict[str, np.ndarray] = {}
@@ -205,12 +201,9 @@ class RouterPolicy(Policy):
             for task, row in zip(missing, self.router.predict(missing), strict=True):
                 self._probabilities[task.id] = row
 
-    async def run(self, task: Task, tools: list[Tool]) -> Trajectory:
+    def _route(self, task: Task) -> str:
         self.prepare([task])
-        model = self.router.choose(self._probabilities[task.id], self.threshold)
-        episode = ScriptedEpisode(task, tools, self.name)
-        await episode.calls(("answer", {"model": self.world.label(model)}))
-        return episode.finish()
+        return self.router.choose(self._probabilities[task.id], self.threshold)
 
 
 class GoldPolicy(Policy):
@@ -268,10 +261,6 @@ def outcomes(world: RecordedWorld, tasks: Sequence[Task]) -> Outcomes:
             key = world.answer_key(task, record.response)
             keys[row, column] = -1 - column if key is None else ids.setdefault(key, len(ids))
     return Outcomes(list(tasks), models, correct, cost, keys)
-
-
-def _cheapest_model(train: Outcomes) -> str:
-    return train.models[int(np.argmin(train.cost.mean(axis=0)))]
 
 
 def _best_model(train: Outcomes) -> str:
@@ -379,7 +368,7 @@ def parse_policy(
     train = outcomes(env, env.tasks("train"))
     if kind == "cheapest":
         _no_argument(spec, argument)
-        cheapest = _cheapest_model(train)
+        cheapest = train.models[int(np.argmin(train.cost.mean(axis=0)))]
         return [ChooseModelPolicy(spec, env, lambda task: cheapest)]
     if kind == "per-subtask":
         _no_argument(spec, argument)
@@ -485,7 +474,7 @@ class ReaderPolicy(Policy):
             return True
         from toolorchestra.envs.replay.profiles import calibration_sample
 
-        sample = [task for task in calibration_sample(self._train_tasks(), CALIBRATION_PER_TYPE) if task.subtask]
+        sample = [task for task in calibration_sample(self._split_tasks("train"), CALIBRATION_PER_TYPE) if task.subtask]
         if len({task.subtask for task in sample}) < 2:
             return False
         self.reader.calibrate([question_text(task) for task in sample], [str(task.subtask) for task in sample])
@@ -549,7 +538,7 @@ class ReaderPolicy(Policy):
         if key not in self._tables:
             # The profiles' outcomes are grouped by their questions' types. They are measured on train; profiles
             # measured on test itself (the hindsight ceiling of docs/results.md) are grouped by test's types.
-            tasks = self._train_tasks() + self._split_tasks("test")
+            tasks = self._split_tasks("train") + self._split_tasks("test")
             types = {task.id: task.subtask or UNTYPED for task in tasks}
             self._tables[key] = PlanTable(pool, types)
         return self._tables[key]
@@ -582,9 +571,6 @@ class ReaderPolicy(Policy):
             f"--policy {self.name}: the profiles measure task types {types}, but env {self.calibration.name!r} "
             "has no train split with two or more task types to place a question among them"
         )
-
-    def _train_tasks(self) -> list[Task]:
-        return self._split_tasks("train")
 
     def _split_tasks(self, split: str) -> list[Task]:
         if self.calibration is None:
@@ -712,15 +698,17 @@ class OrchestratorPolicy(Policy):
     ) -> None:
         self.name = name
         self.backend = backend
-        self.model_name = model_name
-        self.price = price
-        self.preference = preference
-        self.max_turns = max_turns
-        self.max_tokens = max_tokens
-        self.temperature = temperature
         self.short_prompt = short_prompt
         self.tool_names = list(tools) if tools else None
-        self.protocol = protocol  # the paper's protocol mode (agent/paper.py), else chat history
+        self.settings: dict[str, Any] = dict(  # what each episode's orchestrator loop is built with
+            model_name=model_name,
+            price=price,
+            preference=preference,
+            max_turns=max_turns,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            protocol=protocol,  # the paper's protocol mode (agent/paper.py), else chat history
+        )
 
     async def run(self, task: Task, tools: list[Tool]) -> Trajectory:
         from toolorchestra.agent.loop import Orchestrator
@@ -737,18 +725,7 @@ class OrchestratorPolicy(Policy):
         shown = task
         if self.short_prompt and task.meta.get("query"):
             shown = task.model_copy(update={"prompt": question_text(task)})
-        orchestrator = Orchestrator(
-            self.backend,
-            tools,
-            model_name=self.model_name,
-            price=self.price,
-            preference=self.preference,
-            max_turns=self.max_turns,
-            max_tokens=self.max_tokens,
-            temperature=self.temperature,
-            protocol=self.protocol,
-        )
-        trajectory = await orchestrator.run(shown)
+        trajectory = await Orchestrator(self.backend, tools, **self.settings).run(shown)
         trajectory.policy = self.name
         return trajectory
 

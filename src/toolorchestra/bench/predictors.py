@@ -144,11 +144,8 @@ def target_picks(cost: np.ndarray, probabilities: np.ndarray, weights: dict[str,
     outcome-model targets ask for."""
     from toolorchestra.reward import expected_group_rewards
 
-    return [
-        int(
-            np.argmax(
-                expected_group_rewards([{"cost": dollars} for dollars in cost[row]], list(probabilities[row]), weights)
-            )
-        )
+    rewards = [
+        expected_group_rewards([{"cost": dollars} for dollars in cost[row]], list(probabilities[row]), weights)
         for row in range(len(cost))
     ]
+    return [int(np.argmax(row)) for row in rewards]

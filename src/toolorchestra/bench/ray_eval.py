@@ -94,15 +94,12 @@ def _init_ray(request: EvalRequest) -> None:
         return
     source = str(Path(__file__).resolve().parents[2])
     env_vars = {"PYTHONPATH": os.pathsep.join(filter(None, [source, os.environ.get("PYTHONPATH")]))}
-    if request.ray_address:
-        ray.init(address=request.ray_address, runtime_env={"env_vars": env_vars}, log_to_driver=False)
-    else:
-        ray.init(
-            num_cpus=max(os.cpu_count() or 1, request.num_workers),
-            include_dashboard=False,
-            log_to_driver=False,
-            runtime_env={"env_vars": env_vars},
-        )
+    where: dict[str, Any] = (
+        {"address": request.ray_address}
+        if request.ray_address
+        else {"num_cpus": max(os.cpu_count() or 1, request.num_workers), "include_dashboard": False}
+    )
+    ray.init(**where, log_to_driver=False, runtime_env={"env_vars": env_vars})
 
 
 class EvalWorker:

@@ -118,7 +118,51 @@ async def record_answers(
     `judge`, graded by its LLM judge. A failed call (or a failed judge) is counted, not written: a rerun asks
     again."""
     with _exclusive(out):
-        return await _record(tools, tool_name, labels, questions, out, concurrency, judge, progress)
+        recorder = ReplayRecorder(out)
+        by_name = {tool.name: tool for tool in tools}
+        tallies = {label: ModelTally(model, label) for label, model in labels.items()}
+        gate = asyncio.Semaphore(concurrency)
+
+        async def ask(label: str, task: Task, bar: ProgressBar) -> None:
+            tally = tallies[label]
+            async with gate:
+                call = ToolCall(id=f"record-{label}", name=tool_name, arguments={"model": label})
+                (result,) = await run_calls(by_name, [call], task)
+                tally.asked += 1
+                tally.cost_usd += result.cost_usd
+                reply = result.answer if result.final else result.output
+                if result.error or not reply:
+                    tally.errors.append(f"{task.id}: {result.error or 'empty reply'}")
+                    bar.advance(False)
+                    return
+                correct = await _grade(task, reply, judge, tally)
+            bar.advance(correct)
+            if correct is None:
+                return
+            line = {
+                "response": reply,
+                "correct": correct,
+                "cost_usd": result.cost_usd,
+                "latency_s": result.latency_s,
+                "prompt_tokens": result.prompt_tokens,
+                "completion_tokens": result.completion_tokens,
+                "label": label,
+            }
+            if recorder.add(task, tally.model, line):
+                tally.recorded += 1
+                tally.correct += correct
+
+        pending = []
+        for label, model in labels.items():
+            for task in questions:
+                if recorder.has(model, task.id):
+                    tallies[label].skipped += 1
+                else:
+                    pending.append((label, task))
+        total = len(labels) * len(questions)
+        with ProgressBar("record", progress, total=total, done=total - len(pending)) as bar:
+            await asyncio.gather(*(ask(label, task, bar) for label, task in pending))
+        return list(tallies.values())
 
 
 @contextmanager
@@ -135,63 +179,6 @@ def _exclusive(out: Path) -> Iterator[None]:
                 "it was given, --concurrency calls at once), or record into another --out"
             ) from None
         yield
-
-
-async def _record(
-    tools: Sequence[Tool],
-    tool_name: str,
-    labels: dict[str, str],
-    questions: Sequence[Task],
-    out: Path,
-    concurrency: int,
-    judge: LiveJudge | None,
-    progress: bool,
-) -> list[ModelTally]:
-    recorder = ReplayRecorder(out)
-    by_name = {tool.name: tool for tool in tools}
-    tallies = {label: ModelTally(model, label) for label, model in labels.items()}
-    gate = asyncio.Semaphore(concurrency)
-
-    async def ask(label: str, task: Task, bar: ProgressBar) -> None:
-        tally = tallies[label]
-        async with gate:
-            call = ToolCall(id=f"record-{label}", name=tool_name, arguments={"model": label})
-            (result,) = await run_calls(by_name, [call], task)
-            tally.asked += 1
-            tally.cost_usd += result.cost_usd
-            reply = result.answer if result.final else result.output
-            if result.error or not reply:
-                tally.errors.append(f"{task.id}: {result.error or 'empty reply'}")
-                bar.advance(False)
-                return
-            correct = await _grade(task, reply, judge, tally)
-        bar.advance(correct)
-        if correct is None:
-            return
-        line = {
-            "response": reply,
-            "correct": correct,
-            "cost_usd": result.cost_usd,
-            "latency_s": result.latency_s,
-            "prompt_tokens": result.prompt_tokens,
-            "completion_tokens": result.completion_tokens,
-            "label": label,
-        }
-        if recorder.add(task, tally.model, line):
-            tally.recorded += 1
-            tally.correct += correct
-
-    pending = []
-    for label, model in labels.items():
-        for task in questions:
-            if recorder.has(model, task.id):
-                tallies[label].skipped += 1
-            else:
-                pending.append((label, task))
-    total = len(labels) * len(questions)
-    with ProgressBar("record", progress, total=total, done=total - len(pending)) as bar:
-        await asyncio.gather(*(ask(label, task, bar) for label, task in pending))
-    return list(tallies.values())
 
 
 async def _grade(task: Task, reply: str, judge: LiveJudge | None, tally: ModelTally) -> bool | None:

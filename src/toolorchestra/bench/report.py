@@ -24,6 +24,7 @@ from __future__ import annotations
 import base64
 import html
 import json
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -179,12 +180,6 @@ def _frontier_members(runs: Sequence[Run]) -> set[int]:
     return members
 
 
-def _zero_cost_x(group: Sequence[Run]) -> float:
-    """Where a free run is drawn on the log axis: left of the cheapest paid run."""
-    paid = [run.cost_per_task for run in group if run.cost_per_task > 0]
-    return (min(paid) if paid else 1e-6) / ZERO_COST_SHIFT
-
-
 # --- figures -----------------------------------------------------------------------------------
 _ORCHESTRATOR_COLORS = ("tab:red", "darkmagenta", "darkred", "deeppink", "maroon", "crimson", "indigo")
 _STYLE = {
@@ -214,7 +209,8 @@ def plot_pareto(runs: Sequence[Run], path: Path) -> None:
 def _draw_group(axis: Any, group: Sequence[Run]) -> None:
     baseline_colors = iter(["tab:blue", "tab:green", "tab:purple", "tab:brown", "tab:cyan", "tab:olive", "tab:pink"])
     orchestrator_colors: dict[str, str] = {}  # one color per orchestrator run (policy and preference)
-    zero = _zero_cost_x(group)
+    paid = [run.cost_per_task for run in group if run.cost_per_task > 0]
+    zero = (min(paid) if paid else 1e-6) / ZERO_COST_SHIFT  # a free run is drawn left of the cheapest paid run
 
     def cost_x(run: Run) -> float:
         return run.cost_per_task if run.cost_per_task > 0 else zero
@@ -512,10 +508,9 @@ def plot_preferences(groups: Sequence[PreferenceGroup], path: Path) -> None:
         bars.legend(handles=[accuracy, cost], fontsize=8, loc="upper left")
         bars.set_title(f"{group.title}: accuracy and cost per preference", fontsize=10)
         distributions = [answer_distribution(run) for run in group.runs]
-        totals: dict[str, int] = {}
+        totals: Counter[str] = Counter()
         for distribution in distributions:
-            for name, count in distribution.items():
-                totals[name] = totals.get(name, 0) + count
+            totals.update(distribution)
         names = [name for name in sorted(totals, key=lambda n: (-totals[n], n)) if name not in (SELF, NO_ANSWER)]
         names += [name for name in (SELF, NO_ANSWER) if name in totals]
         bottom = np.zeros(len(labels))

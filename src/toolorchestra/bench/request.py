@@ -10,6 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from toolorchestra.agent.engine import serving
+from toolorchestra.agent.paper import PaperProtocol
+from toolorchestra.agent.preference import Preference
 from toolorchestra.agent.trajectory import Trajectory
 from toolorchestra.bench.policies import (
     PROFILE_PER_TYPE,
@@ -74,22 +77,17 @@ class EvalRequest:
     def manifest(self) -> dict[str, Any]:
         """What must match for a rerun into the same dir to resume it."""
         fields = {"env": self.env, "split": self.split, "policy": self.policy, "seed": self.seed}
-        if self.per_subtask is not None:
-            fields["per_subtask"] = self.per_subtask
-        if self.task_ids:
-            fields["task_ids"] = list(self.task_ids)
-        if self.judge:
-            fields["judge"] = self.judge
-        if self.price_scale:
-            fields["price_scale"] = dict(sorted(self.price_scale.items()))
-        if self.prices is not None:
-            fields["prices"] = str(self.prices)
-        if self.hold_out_models:
-            fields["hold_out_models"] = list(self.hold_out_models)
-        if self.rename_labels is not None:
-            fields["rename_labels"] = self.rename_labels
-        if self.shuffle_labels is not None:
-            fields["shuffle_labels"] = self.shuffle_labels
+        options = {  # written only when given (None: not given)
+            "per_subtask": self.per_subtask,
+            "task_ids": list(self.task_ids) if self.task_ids else None,
+            "judge": self.judge or None,
+            "price_scale": dict(sorted(self.price_scale.items())) if self.price_scale else None,
+            "prices": str(self.prices) if self.prices is not None else None,
+            "hold_out_models": list(self.hold_out_models) if self.hold_out_models else None,
+            "rename_labels": self.rename_labels,
+            "shuffle_labels": self.shuffle_labels,
+        }
+        fields.update({name: value for name, value in options.items() if value is not None})
         shown = self.shown_profiles()
         if shown != "none":
             fields["profiles"] = shown
@@ -208,21 +206,17 @@ def first_per_subtask(tasks: Sequence[Task], count: int) -> list[Task]:
 
 async def run_episode(env: Env, policy: Policy, task: Task) -> Trajectory:
     """One scored episode; a policy that crashes yields an error trajectory, not a failed batch."""
-    from toolorchestra.envs.base import current_task
-
-    token = current_task.set(task)
-    try:
-        trajectory = await policy.run(task, env.tools_for(task))
-    except Exception as exc:  # recorded, so the run goes on and the report shows the failure
-        trajectory = Trajectory(
-            task_id=task.id,
-            policy=policy.name,
-            question=task.prompt,
-            stop_reason="error",
-            score_details={"error": f"{exc.__class__.__name__}: {exc}"},
-        )
-    finally:
-        current_task.reset(token)
+    with serving(task):
+        try:
+            trajectory = await policy.run(task, env.tools_for(task))
+        except Exception as exc:  # recorded, so the run goes on and the report shows the failure
+            trajectory = Trajectory(
+                task_id=task.id,
+                policy=policy.name,
+                question=task.prompt,
+                stop_reason="error",
+                score_details={"error": f"{exc.__class__.__name__}: {exc}"},
+            )
     score = await env.ascore(task, trajectory) if isinstance(env, AsyncScoring) else env.score(task, trajectory)
     trajectory.env, trajectory.split, trajectory.policy = env.name, task.split, policy.name
     trajectory.correct = score.correct
@@ -267,8 +261,6 @@ def _env_options(request: EvalRequest) -> dict[str, Any]:
 
 def request_policies(request: EvalRequest, env: Env) -> list[Policy]:
     """The policies of the request's --policy spec over `env`, with its --prefer where a policy takes one."""
-    from toolorchestra.agent.preference import Preference
-
     return parse_policy(
         request.policy,
         env,
@@ -280,11 +272,9 @@ def request_policies(request: EvalRequest, env: Env) -> list[Policy]:
 
 def orchestrator_factory(request: EvalRequest) -> Callable[[str], Policy]:
     def build(model: str) -> Policy:
-        from toolorchestra.agent.preference import Preference
         from toolorchestra.backends.pool import ModelPool, make_backend
         from toolorchestra.catalog.schema import LatencyPrior, LocalBackendSpec, ModelSpec, Price
 
-        preference = Preference.parse(request.prefer)
         if request.config is not None:
             from toolorchestra.catalog import load_catalog
 
@@ -311,21 +301,16 @@ def orchestrator_factory(request: EvalRequest) -> Callable[[str], Policy]:
                 f"{', '.join(local_orchestrators())} (embedded), a local model path or .gguf file, "
                 "or a model named in --config CATALOG (e.g. an OpenAI-compatible server)"
             )
-        protocol = None
-        if request.context_mode() == "paper":
-            from toolorchestra.agent.paper import PaperProtocol
-
-            protocol = PaperProtocol()
         return OrchestratorPolicy(
             f"orchestrator:{model}",
             backend,
             model_name=model,
             price=spec.price,
-            preference=preference,
+            preference=Preference.parse(request.prefer),
             max_turns=request.max_turns,
             max_tokens=request.max_tokens,
             tools=request.tools,
-            protocol=protocol,
+            protocol=PaperProtocol() if request.context_mode() == "paper" else None,
         )
 
     return build

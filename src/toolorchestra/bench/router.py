@@ -19,31 +19,22 @@ from collections.abc import Sequence
 import numpy as np
 
 from toolorchestra.bench.predictors import TfidfCorrectness, router_text
-from toolorchestra.envs.base import Task
 
 __all__ = ["SWEEP", "CorrectnessRouter", "router_text"]
 
 SWEEP = (0.0, 0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.0, 5.0, 10.0)
 
 
-class CorrectnessRouter:
-    """Per-model correctness classifiers over shared TF-IDF features (bench/predictors.py, C = 0.3)."""
+class CorrectnessRouter(TfidfCorrectness):
+    """Per-model correctness classifiers over shared TF-IDF features (bench/predictors.py, C = 0.3): `fit(tasks,
+    correct)` with `correct[i, j]` whether model j answered train task i correctly, then `predict(tasks)`, the
+    predicted probability of being correct, shape (len(tasks), len(models))."""
 
     def __init__(self, models: Sequence[str], mean_cost: Sequence[float], reference_cost: float, seed: int = 0) -> None:
+        super().__init__(strength=0.3, seed=seed)
         self.models = list(models)
         self.mean_cost = np.asarray(mean_cost, dtype=float)
         self.relative_cost = self.mean_cost / reference_cost if reference_cost > 0 else np.zeros_like(self.mean_cost)
-        self.seed = seed
-        self._predictor = TfidfCorrectness(strength=0.3, seed=seed)
-
-    def fit(self, tasks: Sequence[Task], correct: np.ndarray) -> CorrectnessRouter:
-        """`correct[i, j]`: whether model j answered train task i correctly."""
-        self._predictor.fit(tasks, correct)
-        return self
-
-    def predict(self, tasks: Sequence[Task]) -> np.ndarray:
-        """Predicted probability of being correct, shape (len(tasks), len(models))."""
-        return self._predictor.predict(tasks)
 
     def choose(self, probabilities: np.ndarray, threshold: float) -> str:
         """The model with the best predicted accuracy net of `threshold` times its relative price."""

@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from toolorchestra.agent.trajectory import Trajectory, read_trajectories
-from toolorchestra.bench.decisions import write_eval_decisions
+from toolorchestra.agent.trajectory import Trajectory
+from toolorchestra.bench.decisions import first_saved, write_eval_decisions
 from toolorchestra.bench.metrics import summarize
 from toolorchestra.envs.base import Env, Task
 from toolorchestra.envs.capabilities import LabeledModels
@@ -129,9 +129,7 @@ def collect_metrics(
     path: Path, policies: Sequence[Policy], tasks: Sequence[Task], header: dict[str, Any]
 ) -> dict[str, Any]:
     """Metrics per policy over `tasks` in task order, from the first saved trajectory of each."""
-    saved: dict[tuple[str, str], Trajectory] = {}
-    for trajectory in read_trajectories(path):
-        saved.setdefault((trajectory.policy, trajectory.task_id), trajectory)
+    saved = first_saved(path)
     entries = []
     for policy in policies:
         trajectories = [saved[(policy.name, task.id)] for task in tasks if (policy.name, task.id) in saved]

@@ -34,7 +34,6 @@ def default_catalog(corpus: Path | str | None = None) -> Catalog:
     corpus_path = Path(corpus) if corpus else DEFAULT_CORPUS
     if corpus is not None and not corpus_path.exists():
         raise ConfigError(f"--corpus {corpus_path}: file not found (expected JSON or JSONL of {{title, text}})")
-    local = {"type": "local", "path": "smollm2-135m"}
     tools: list[dict[str, Any]] = [
         {
             "name": "python",
@@ -59,6 +58,10 @@ def default_catalog(corpus: Path | str | None = None) -> Catalog:
                 "options": {"corpus": str(corpus_path.resolve()), "top_k": 3},
             },
         )
+    in_process = {
+        "price": {"input_per_m": 0.0, "output_per_m": 0.0},
+        "latency": {"overhead_s": 0.05, "output_tokens_per_s": 25.0},
+    }
     return Catalog.model_validate(
         {
             "orchestrator": TRAINED_ORCHESTRATOR,
@@ -66,16 +69,14 @@ def default_catalog(corpus: Path | str | None = None) -> Catalog:
                 {
                     "name": TRAINED_ORCHESTRATOR,
                     "backend": {"type": "local", "path": TRAINED_ORCHESTRATOR},
-                    "price": {"input_per_m": 0.0, "output_per_m": 0.0},
-                    "latency": {"overhead_s": 0.05, "output_tokens_per_s": 25.0},
+                    **in_process,
                     "description": "SmolLM2-135M-Instruct with the shipped routing adapter (trained on "
                     "replay:routerbench, see its model card), in process on the CPU",
                 },
                 {
                     "name": "smollm2-135m",
-                    "backend": local,
-                    "price": {"input_per_m": 0.0, "output_per_m": 0.0},
-                    "latency": {"overhead_s": 0.05, "output_tokens_per_s": 25.0},
+                    "backend": {"type": "local", "path": "smollm2-135m"},
+                    **in_process,
                     "description": "SmolLM2-135M-Instruct, in process on the CPU",
                 },
             ],

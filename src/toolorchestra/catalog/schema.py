@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 
 class _Strict(BaseModel):
@@ -26,11 +26,8 @@ class Price(_Strict):
         )
 
     def scaled(self, factor: float) -> Price:
-        return Price(
-            input_per_m=self.input_per_m * factor,
-            output_per_m=self.output_per_m * factor,
-            per_call=self.per_call * factor,
-        )
+        """Every price times `factor`."""
+        return Price(**{name: value * factor for name, value in self.model_dump().items()})
 
 
 class LatencyPrior(_Strict):
@@ -192,17 +189,17 @@ class Catalog(_Strict):
     tools: list[ToolSpec]
     judge: str | None = Field(None, description="model that grades free-text answers (the live worlds' LLM judge)")
 
-    @field_validator("models")
+    @field_validator("models", "tools")
     @classmethod
-    def _unique_models(cls, models: list[ModelSpec]) -> list[ModelSpec]:
-        _check_unique([m.name for m in models], "model")
-        return models
-
-    @field_validator("tools")
-    @classmethod
-    def _unique_tools(cls, tools: list[ToolSpec]) -> list[ToolSpec]:
-        _check_unique([t.name for t in tools], "tool")
-        return tools
+    def _unique_names(cls, entries: list[ModelSpec] | list[ToolSpec], info: ValidationInfo) -> list[Any]:
+        seen: set[str] = set()
+        for entry in entries:
+            if entry.name in seen:
+                raise ValueError(
+                    f"{'model' if info.field_name == 'models' else 'tool'} name {entry.name!r} appears twice"
+                )
+            seen.add(entry.name)
+        return entries
 
     @model_validator(mode="after")
     def _references_exist(self) -> Catalog:
@@ -224,11 +221,3 @@ class Catalog(_Strict):
             if spec.name == name:
                 return spec
         raise KeyError(name)
-
-
-def _check_unique(names: list[str], what: str) -> None:
-    seen: set[str] = set()
-    for name in names:
-        if name in seen:
-            raise ValueError(f"{what} name {name!r} appears twice")
-        seen.add(name)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 PIPED_WIDTH = 200  # columns when printing to a file or a pipe: every column of a results table fits
@@ -21,3 +22,15 @@ def console(*, stderr: bool = False) -> Any:
     columns = os.environ.get("COLUMNS", "")
     width = max(PIPED_WIDTH, int(columns)) if columns.isdigit() else PIPED_WIDTH
     return Console(highlight=False, stderr=stderr, width=width)
+
+
+def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[str]] = (), **column_options: Any) -> Any:
+    """A rich Table titled `title` with these columns (each added with `column_options`) and rows."""
+    from rich.table import Table
+
+    result = Table(title=title)
+    for column in columns:
+        result.add_column(column, **column_options)
+    for row in rows:
+        result.add_row(*row)
+    return result

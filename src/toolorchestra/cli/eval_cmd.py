@@ -10,6 +10,10 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from toolorchestra.cli.console import console as cli_console
+from toolorchestra.cli.console import table
+from toolorchestra.errors import EvalError, UserError
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -209,7 +213,6 @@ def eval_command(
         return
     from toolorchestra.bench.eval import EvalRequest, run_eval
     from toolorchestra.envs.replay.world import parse_price_scale
-    from toolorchestra.errors import UserError
 
     if context not in ("auto", "paper", "history"):
         raise UserError(f"--context {context!r}: expected auto, paper or history")
@@ -291,8 +294,6 @@ def _task_ids(text: str | None) -> list[str] | None:
     skipped; an id itself may hold a #, as replay ids do)."""
     if not text or not text.startswith("@"):
         return _names(text)
-    from toolorchestra.errors import UserError
-
     path = Path(text[1:])
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
@@ -310,7 +311,6 @@ def _names(text: str | None) -> list[str] | None:
 
 
 def _eval_tau2(*, env: str, out: Path, task_ids: str | None, progress: bool, **options: object) -> None:
-    from toolorchestra.cli.console import console as cli_console
     from toolorchestra.integrations.tau2.run import Tau2EvalRequest, run_tau2_eval
 
     console = cli_console()
@@ -332,27 +332,16 @@ def _eval_tau2(*, env: str, out: Path, task_ids: str | None, progress: bool, **o
 
 
 def _print_tau2_metrics(metrics: dict, out: Path, console: Console) -> None:
-    from rich.table import Table
-
-    summary = Table(
-        title=f"{metrics['env']} ({metrics['n_tasks']} tasks, {metrics['n_simulations']} simulations, "
-        f"{metrics['policy']})"
-    )
-    for column in ("metric", "value"):
-        summary.add_column(column)
-    summary.add_row("mean reward", f"{metrics['mean_reward']:.4f}")
-    for k, value in metrics["pass_hat_k"].items():
-        summary.add_row(f"pass^{k}", f"{value:.4f}")
-    summary.add_row(
-        "terminations", ", ".join(f"{name} {count}" for name, count in metrics["termination_reasons"].items())
-    )
-    console.print(summary)
-    costs = Table(title="cost by group")
-    for column in ("group", "calls", "prompt tok", "completion tok", "cost $", "seconds"):
-        costs.add_column(column)
-    for group in ("orchestrator", "experts", "user_simulator"):
-        entry = metrics["cost"][group]
-        costs.add_row(
+    run = f"{metrics['n_tasks']} tasks, {metrics['n_simulations']} simulations, {metrics['policy']}"
+    summary = [
+        ("mean reward", f"{metrics['mean_reward']:.4f}"),
+        *((f"pass^{k}", f"{value:.4f}") for k, value in metrics["pass_hat_k"].items()),
+        ("terminations", ", ".join(f"{name} {count}" for name, count in metrics["termination_reasons"].items())),
+    ]
+    console.print(table(f"{metrics['env']} ({run})", ("metric", "value"), summary))
+    groups = {group: metrics["cost"][group] for group in ("orchestrator", "experts", "user_simulator")}
+    costs = [
+        (
             group,
             str(entry["calls"]),
             str(entry["prompt_tokens"]),
@@ -360,7 +349,10 @@ def _print_tau2_metrics(metrics: dict, out: Path, console: Console) -> None:
             f"{entry['cost_usd']:.6f}",
             f"{entry['latency_s']:.1f}",
         )
-    console.print(costs)
+        for group, entry in groups.items()
+    ]
+    columns = ("group", "calls", "prompt tok", "completion tok", "cost $", "seconds")
+    console.print(table("cost by group", columns, costs))
     if metrics.get("errors"):
         console.print(
             f"{metrics['errors']} simulations failed; first errors: {metrics['first_errors']}",
@@ -372,17 +364,10 @@ def _print_tau2_metrics(metrics: dict, out: Path, console: Console) -> None:
 
 
 def _print_metrics(metrics: dict, out: Path) -> None:
-    from rich.table import Table
-
-    from toolorchestra.cli.console import console as cli_console
-
     entries = metrics.get("sweep") or [metrics]
-    table = Table(title=f"{metrics['env']} {metrics['split']}", show_header=True)
     columns = ("policy", "n", "accuracy", "cost $", "$/task", "latency mean s", "p95 s", "calls/task", "errors")
-    for column in columns:
-        table.add_column(column)
-    for entry in entries:
-        table.add_row(
+    rows = [
+        (
             entry["policy"],
             str(entry["n"]),
             f"{entry['accuracy']:.4f}",
@@ -393,8 +378,10 @@ def _print_metrics(metrics: dict, out: Path) -> None:
             f"{entry['tool_calls_per_task']:.2f}",
             str(entry.get("errors", 0)),
         )
+        for entry in entries
+    ]
     console = cli_console()
-    console.print(table)
+    console.print(table(f"{metrics['env']} {metrics['split']}", columns, rows))
     if metrics.get("judge"):  # live worlds: the paper's accounting, by role, with the judge apart
         _print_roles(metrics, console)
     for entry in entries:
@@ -411,13 +398,10 @@ def _print_metrics(metrics: dict, out: Path) -> None:
 
 
 def _print_roles(metrics: dict, console: Console) -> None:
-    from rich.table import Table
-
-    roles = Table(title=f"by role (judge: {metrics['judge']['verdicts']}; no answer: {metrics.get('no_answer', 0)})")
-    for column in ("role", "calls/question", "cost $", "$/question", "prompt tok", "completion tok", "s/question"):
-        roles.add_column(column)
-    for role, entry in metrics["by_role"].items():
-        roles.add_row(
+    title = f"by role (judge: {metrics['judge']['verdicts']}; no answer: {metrics.get('no_answer', 0)})"
+    columns = ("role", "calls/question", "cost $", "$/question", "prompt tok", "completion tok", "s/question")
+    rows = [
+        (
             role,
             f"{entry['calls_per_question']:.2f}",
             f"{entry['cost_usd']:.4f}",
@@ -426,21 +410,19 @@ def _print_roles(metrics: dict, console: Console) -> None:
             str(entry["completion_tokens"]),
             f"{entry['latency_s_per_question']:.2f}",
         )
-    console.print(roles)
+        for role, entry in metrics["by_role"].items()
+    ]
+    console.print(table(title, columns, rows))
 
 
 def _fail_if_every_episode_failed(metrics: dict) -> None:
     """Exit non-zero (one clear message) when every episode failed, or when none gave an answer (e.g. --tools
     left out the answer tool, or --max-turns ran out every time): an accuracy of 0 says nothing then. A run
     where only some failed exits 0 (the table shows the count)."""
-    from toolorchestra.errors import EvalError
-
     entries = metrics.get("sweep") or [metrics]
     episodes = sum(entry["n"] for entry in entries)
     if episodes and sum(entry.get("errors", 0) for entry in entries) == episodes:
-        shown = []
-        for entry in entries:
-            shown += [error for error in entry.get("first_errors", []) if error not in shown]
+        shown = list(dict.fromkeys(error for entry in entries for error in entry.get("first_errors", [])))
         listed = "; ".join(f"({index}) {error}" for index, error in enumerate(shown[:3], 1))
         policy = metrics.get("spec") or metrics["policy"]
         raise EvalError(

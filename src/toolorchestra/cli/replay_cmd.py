@@ -16,6 +16,10 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from toolorchestra.cli.console import console as cli_console
+from toolorchestra.cli.console import table
+from toolorchestra.errors import EvalError, UserError
+
 if TYPE_CHECKING:
     from toolorchestra.bench.record import ModelTally
 
@@ -32,9 +36,6 @@ def register(app: typer.Typer) -> None:
 @replay_app.command("check")
 def check(directory: Path = typer.Argument(..., help="a directory in the replay format")) -> None:
     """Validate DIR and print per model its coverage, accuracy, cost and latency."""
-    from rich.table import Table
-
-    from toolorchestra.cli.console import console as cli_console
     from toolorchestra.envs.replay.world import DirectoryWorldEnv, world_summary
 
     env = DirectoryWorldEnv(directory)
@@ -48,11 +49,9 @@ def check(directory: Path = typer.Argument(..., help="a directory in the replay 
         markup=False,
         soft_wrap=True,
     )
-    table = Table(title="per model, over the kept questions")
-    for column in ("model", "answered", "coverage", "accuracy", "cost $", "$/question", "latency mean s", "cost from"):
-        table.add_column(column)
-    for row in world_summary(env):
-        table.add_row(
+    columns = ("model", "answered", "coverage", "accuracy", "cost $", "$/question", "latency mean s", "cost from")
+    rows = [
+        (
             row.model,
             f"{row.answered}/{row.questions}",
             f"{row.answered / max(row.questions, 1):.1%}",
@@ -62,10 +61,10 @@ def check(directory: Path = typer.Argument(..., help="a directory in the replay 
             f"{row.latency_mean_s:.2f}",
             row.cost_source,
         )
-    console.print(table)
+        for row in world_summary(env)
+    ]
+    console.print(table("per model, over the kept questions", columns, rows))
     if not sum(kept.values()):
-        from toolorchestra.errors import UserError
-
         raise UserError(f"{directory}: no question was answered by every model, so the world has no task")
 
 
@@ -75,7 +74,6 @@ def import_routerbench(
     out: Path = typer.Option(..., "--out", help="the replay directory to write (new or empty)"),
 ) -> None:
     """Convert RouterBench-style wide CSVs into a replay directory (then: --env replay:DIR)."""
-    from toolorchestra.cli.console import console as cli_console
     from toolorchestra.envs.replay.importers import import_routerbench as convert
 
     summary = convert(csvs, out)
@@ -109,8 +107,6 @@ def record(
     seconds to OUT as a replay world (then: replay check, profile --env replay:OUT, run --policy reader)."""
     import asyncio
 
-    from toolorchestra.errors import EvalError
-
     tallies = asyncio.run(_record(questions, config, out, tool, models, limit, concurrency, judge, not no_progress))
     _print_tallies(tallies, out)
     failed = [tally for tally in tallies if tally.errors]
@@ -142,7 +138,6 @@ async def _record(
     from toolorchestra.catalog import load_catalog
     from toolorchestra.envs.live.judge import LiveJudge
     from toolorchestra.envs.replay.format import read_questions
-    from toolorchestra.errors import UserError
     from toolorchestra.tools.factory import build_tools
 
     catalog = load_catalog(config)
@@ -163,27 +158,22 @@ async def _record(
 
 
 def _print_tallies(tallies: list[ModelTally], out: Path) -> None:
-    from rich.table import Table
-
-    from toolorchestra.cli.console import console as cli_console
-
     console = cli_console()
-    table = Table(title=f"recorded to {out}")
-    for column in ("model", "label", "asked now", "written", "accuracy of written", "cost $", "failed", "already"):
-        table.add_column(column)
-    for tally in tallies:
-        accuracy = f"{tally.correct / tally.recorded:.4f}" if tally.recorded else "-"
-        table.add_row(
+    columns = ("model", "label", "asked now", "written", "accuracy of written", "cost $", "failed", "already")
+    rows = [
+        (
             tally.model,
             tally.label,
             str(tally.asked),
             str(tally.recorded),
-            accuracy,
+            f"{tally.correct / tally.recorded:.4f}" if tally.recorded else "-",
             f"{tally.cost_usd:.6f}",
             str(len(tally.errors)),
             str(tally.skipped),
         )
-    console.print(table)
+        for tally in tallies
+    ]
+    console.print(table(f"recorded to {out}", columns, rows))
     judged = sum(tally.judged for tally in tallies)
     if judged:
         judge_cost = sum(tally.judge_cost_usd for tally in tallies)

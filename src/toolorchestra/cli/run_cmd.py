@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 import typer
 
 from toolorchestra.agent.trajectory import Step, Trajectory
+from toolorchestra.cli.console import console as cli_console
+from toolorchestra.cli.console import table
 from toolorchestra.errors import UserError
 
 if TYPE_CHECKING:  # only for annotations: the catalog and the reader load with the command, not the CLI
@@ -75,11 +77,8 @@ def run(
     if save:
         save.open("a", encoding="utf-8").close()  # a file that cannot be written fails before any call is paid
     if not as_json and policy == "auto":
-        _console().print(f"[dim]policy: {'reader' if reader else 'orchestrator'} (auto)[/]")
-    if reader is not None:
-        trajectory = asyncio.run(_run_reader(question, catalog, reader, as_json))
-    else:
-        trajectory = asyncio.run(_run(question, catalog, prefer, max_turns, max_budget, temperature, as_json))
+        cli_console().print(f"[dim]policy: {'reader' if reader else 'orchestrator'} (auto)[/]")
+    trajectory = asyncio.run(_run(question, catalog, reader, prefer, max_turns, max_budget, temperature, as_json))
     if save:
         from toolorchestra.agent.trajectory import write_trajectory
 
@@ -105,12 +104,16 @@ def _exit_if_failed(trajectory: Trajectory) -> None:
 async def _run(
     question: str,
     catalog: Catalog,
+    reader: ReaderPolicy | None,
     prefer: str | None,
     max_turns: int,
     max_budget: float | None,
     temperature: float,
     quiet: bool,
 ) -> Trajectory:
+    """One episode over the catalog's pool: the catalog's orchestrator model writes the calls, or the reader
+    answers over the answer labels (it places the question among the profiles' task types, with --calibration,
+    weighs each label's expected reward, and answers with the best one)."""
     from toolorchestra.agent.loop import Orchestrator
     from toolorchestra.agent.preference import Preference
     from toolorchestra.backends.pool import ModelPool
@@ -118,54 +121,35 @@ async def _run(
     from toolorchestra.tools.factory import build_tools
 
     pool = ModelPool(catalog.models)
-    tools = build_tools(catalog.tools, pool)
-    local_tools = [s.name for s in catalog.tools if s.type in ("python", "search")]
-    orchestrator_spec = catalog.model(catalog.orchestrator)
-    orchestrator = Orchestrator(
-        pool.backend(catalog.orchestrator),
-        tools,
-        model_name=catalog.orchestrator,
-        price=orchestrator_spec.price,
-        preference=Preference.parse(prefer, local_tools),
-        max_turns=max_turns,
-        max_budget_usd=max_budget,
-        temperature=temperature,
-        on_step=None if quiet else _print_step,
-    )
-    try:
-        return await orchestrator.run(Task(id="cli", split="cli", prompt=question))
-    finally:
-        await pool.aclose()
-
-
-async def _run_reader(question: str, catalog: Catalog, reader: ReaderPolicy, quiet: bool) -> Trajectory:
-    """One episode of the reader over the catalog's answer labels: it places the question among the profiles'
-    task types (with --calibration), weighs each label's expected reward, and answers with the best one."""
-    from toolorchestra.backends.pool import ModelPool
-    from toolorchestra.envs.base import Task
-    from toolorchestra.tools.factory import build_tools
-
-    pool = ModelPool(catalog.models)
+    task = Task(id="cli", split="cli", prompt=question)
     try:
         tools = build_tools(catalog.tools, pool)
-        reader.check_pool(tools)
-        trajectory = await reader.run(Task(id="cli", split="cli", prompt=question), tools)
+        if reader is not None:
+            reader.check_pool(tools)
+            trajectory = await reader.run(task, tools)
+            if not quiet:
+                for step in trajectory.steps:
+                    _print_step(step)
+            return trajectory
+        local_tools = [s.name for s in catalog.tools if s.type in ("python", "search")]
+        orchestrator = Orchestrator(
+            pool.backend(catalog.orchestrator),
+            tools,
+            model_name=catalog.orchestrator,
+            price=catalog.model(catalog.orchestrator).price,
+            preference=Preference.parse(prefer, local_tools),
+            max_turns=max_turns,
+            max_budget_usd=max_budget,
+            temperature=temperature,
+            on_step=None if quiet else _print_step,
+        )
+        return await orchestrator.run(task)
     finally:
         await pool.aclose()
-    if not quiet:
-        for step in trajectory.steps:
-            _print_step(step)
-    return trajectory
-
-
-def _console():
-    from toolorchestra.cli.console import console
-
-    return console()
 
 
 def _print_step(step: Step) -> None:
-    console = _console()
+    console = cli_console()
     cost = f"{step.prompt_tokens}+{step.completion_tokens} tok  ${step.cost_usd:.6f}  {step.latency_s:.2f}s"
     if step.kind == "orchestrator":
         console.print(f"[bold cyan]turn {step.turn}[/] [cyan]{step.name}[/]  {cost}")
@@ -190,13 +174,8 @@ def _clip(text: str, limit: int) -> str:
 
 
 def _print_summary(trajectory: Trajectory) -> None:
-    from rich.table import Table
-
-    console = _console()
-    table = Table(title="summary", show_header=True)
-    for column in ("steps", "prompt tok", "completion tok", "cost $", "latency s", "stop"):
-        table.add_column(column)
-    table.add_row(
+    console = cli_console()
+    row = (
         str(len(trajectory.steps)),
         str(trajectory.prompt_tokens),
         str(trajectory.completion_tokens),
@@ -204,6 +183,6 @@ def _print_summary(trajectory: Trajectory) -> None:
         f"{trajectory.latency_s:.2f}",
         trajectory.stop_reason or "-",
     )
-    console.print(table)
+    console.print(table("summary", ("steps", "prompt tok", "completion tok", "cost $", "latency s", "stop"), [row]))
     answer = trajectory.final_answer if trajectory.final_answer is not None else "(no answer)"
     console.print(f"[bold]answer:[/] {_clip(answer, 2000)}")

@@ -11,6 +11,9 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from toolorchestra.cli.console import console as cli_console
+from toolorchestra.cli.console import table
+
 if TYPE_CHECKING:
     from toolorchestra.integrations.tau2.rescore import RescoreReport, SimulationScore
 
@@ -65,26 +68,22 @@ def rescore_command(
 
 
 def _print_report(report: RescoreReport) -> None:
-    from rich.table import Table
-
-    from toolorchestra.cli.console import console as cli_console
-
     console = cli_console()  # wide when piped: the reasons column is the point of the table
-    table = Table(title=f"{report.path} ({report.domain}; tau2 {report.tau2_version}; task ids: {report.task_ids})")
-    for column in ("simulation", "task", "trial", "recorded", "ours", "agree", "reason / note"):
-        table.add_column(column, overflow="fold")
+    title = f"{report.path} ({report.domain}; tau2 {report.tau2_version}; task ids: {report.task_ids})"
+    columns = ("simulation", "task", "trial", "recorded", "ours", "agree", "reason / note")
+    scores = table(title, columns, overflow="fold")
     for score in report.scores:
-        table.add_row(
+        scores.add_row(
             _short_id(score.simulation_id),
             _task_cell(score),
             _text(score.trial),
             _reward(score.recorded),
             _reward(score.ours),
             "yes" if score.agree else "NO",
-            _reason_cell(score),
+            "; ".join(score.reasons if not score.agree else score.notes),
             style=None if score.agree else "red",
         )
-    console.print(table)
+    console.print(scores)
     if report.relabelled_count:
         console.print(
             f"{report.relabelled_count} of {len(report.scores)} simulations were scored against the task "
@@ -103,10 +102,6 @@ def _task_cell(score: SimulationScore) -> str:
     if score.scored_task_id is None or score.scored_task_id == score.file_task_id:
         return score.file_task_id
     return f"{score.scored_task_id} (file: {score.file_task_id})"
-
-
-def _reason_cell(score: SimulationScore) -> str:
-    return "; ".join(score.reasons if not score.agree else score.notes)
 
 
 def _reward(value: float | None) -> str:

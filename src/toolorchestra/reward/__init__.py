@@ -61,14 +61,11 @@ def group_rewards(
     if len(features) != len(correct):
         raise ValueError(f"features has {len(features)} rollouts but correct has {len(correct)}")
     oriented = [_oriented(row, preference) for row in features]
-    normalized = {name: _min_max(column, scale_rows) for name, column in _columns(oriented, preference).items()}
-    rewards = []
-    for index, is_correct in enumerate(correct):
-        if not is_correct:
-            rewards.append(0.0)
-            continue
-        rewards.append(sum(weight * normalized[name][index] for name, weight in preference.items()))
-    return rewards
+    normalized = {name: _min_max([row[name] for row in oriented], scale_rows) for name in preference}
+    return [
+        sum(weight * normalized[name][index] for name, weight in preference.items()) if is_correct else 0.0
+        for index, is_correct in enumerate(correct)
+    ]
 
 
 def expected_group_rewards(
@@ -123,10 +120,6 @@ def _oriented(row: Mapping[str, float], preference: Mapping[str, float]) -> dict
     return {name: (-1.0 if name in NEGATED_FEATURES else 1.0) * float(row.get(name, 0.0)) for name in preference}
 
 
-def _columns(rows: list[dict[str, float]], preference: Mapping[str, float]) -> dict[str, list[float]]:
-    return {name: [row[name] for row in rows] for name in preference}
-
-
 def _min_max(values: list[float], scale_rows: int | None = None) -> list[float]:
     scale = values[:scale_rows] if scale_rows else values
     low, high = min(scale, default=0.0), max(scale, default=0.0)
@@ -141,7 +134,7 @@ def group_advantages(rewards: Sequence[float], std: StdMode = "group", batch_std
         return []
     mean = sum(rewards) / len(rewards)
     if std == "group":
-        scale = _std(rewards) + STD_EPS
+        scale = reward_std(rewards) + STD_EPS
     elif std == "batch":
         if batch_std is None:
             raise ValueError('std="batch" needs batch_std, the reward std over the whole batch')
@@ -156,20 +149,17 @@ def group_advantages(rewards: Sequence[float], std: StdMode = "group", batch_std
 def batch_advantages(groups: Sequence[Sequence[float]], std: StdMode = "group") -> list[list[float]]:
     """Advantages of every group of a batch; the mean is always per group, the std as `std` says."""
     flat = [reward for group in groups for reward in group]
-    batch_std = _std(flat) if std == "batch" else None
+    batch_std = reward_std(flat) if std == "batch" else None
     return [group_advantages(group, std, batch_std) for group in groups]
 
 
 def reward_std(rewards: Sequence[float]) -> float:
-    """Sample std of a group's rewards (the quantity the low-variance filter compares to its threshold)."""
-    return _std(rewards)
-
-
-def _std(values: Sequence[float]) -> float:
-    if len(values) < 2:
+    """Sample std of a group's rewards (the quantity the low-variance filter compares to its threshold); 0 for
+    fewer than two."""
+    if len(rewards) < 2:
         return 0.0
-    mean = sum(values) / len(values)
-    return math.sqrt(sum((value - mean) ** 2 for value in values) / (len(values) - 1))
+    mean = sum(rewards) / len(rewards)
+    return math.sqrt(sum((reward - mean) ** 2 for reward in rewards) / (len(rewards) - 1))
 
 
 def _clip(value: float) -> float:
