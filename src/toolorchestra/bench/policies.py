@@ -18,6 +18,7 @@ it must score 1.0) and noop (answers at once, without any tool call; a floor).
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import random
 import threading
@@ -696,11 +697,16 @@ class OrchestratorPolicy(Policy):
         tools: Sequence[str] | None = None,
         protocol: PaperProtocol | None = None,
     ) -> None:
+        from toolorchestra.agent.loop import Orchestrator
+
         self.name = name
         self.backend = backend
         self.short_prompt = short_prompt
         self.tool_names = list(tools) if tools else None
-        self.settings: dict[str, Any] = dict(  # what each episode's orchestrator loop is built with
+        # what each episode's orchestrator loop is built with; its tools come with the task
+        self.orchestrator = functools.partial(
+            Orchestrator,
+            backend,
             model_name=model_name,
             price=price,
             preference=preference,
@@ -711,8 +717,6 @@ class OrchestratorPolicy(Policy):
         )
 
     async def run(self, task: Task, tools: list[Tool]) -> Trajectory:
-        from toolorchestra.agent.loop import Orchestrator
-
         if self.tool_names is not None:
             available = {tool.name for tool in tools}
             unknown = [name for name in self.tool_names if name not in available]
@@ -725,7 +729,7 @@ class OrchestratorPolicy(Policy):
         shown = task
         if self.short_prompt and task.meta.get("query"):
             shown = task.model_copy(update={"prompt": question_text(task)})
-        trajectory = await Orchestrator(self.backend, tools, **self.settings).run(shown)
+        trajectory = await self.orchestrator(tools).run(shown)
         trajectory.policy = self.name
         return trajectory
 
