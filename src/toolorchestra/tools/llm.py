@@ -12,6 +12,7 @@ import json
 import random
 from typing import Any
 
+from toolorchestra.backends.base import Completion
 from toolorchestra.backends.pool import ModelPool
 from toolorchestra.tools.base import Tool, ToolContext, ToolResult
 
@@ -88,15 +89,20 @@ class LLMTool(Tool):
             completion, cost = await self.pool.complete(model, messages, max_tokens=self.max_tokens)
         except Exception as exc:  # a failed model call is an observation, never a crash of the episode
             return ToolResult(error=f"model {model} failed: {exc}", model=model, label=label)
-        return ToolResult(
-            output=completion.text,
-            model=model,
-            label=label,
-            cost_usd=cost,
-            latency_s=completion.latency_s,
-            prompt_tokens=completion.usage.prompt_tokens,
-            completion_tokens=completion.usage.completion_tokens,
-        )
+        return answered(completion, cost, model, label)
+
+
+def answered(completion: Completion, cost: float, model: str, label: str, output: str | None = None) -> ToolResult:
+    """The result of a model call that succeeded: its text (or `output`), tokens, dollars and seconds."""
+    return ToolResult(
+        output=completion.text if output is None else output,
+        model=model,
+        label=label,
+        cost_usd=cost,
+        latency_s=completion.latency_s,
+        prompt_tokens=completion.usage.prompt_tokens,
+        completion_tokens=completion.usage.completion_tokens,
+    )
 
 
 class ExpertTool(LLMTool):
