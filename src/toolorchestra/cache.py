@@ -8,7 +8,7 @@ from pathlib import Path
 
 
 def cache_dir(*parts: str) -> Path:
-    root = Path(os.environ.get("TOOLORCHESTRA_CACHE") or Path.home() / ".cache" / "toolorchestra")
+    root = Path(os.environ.get("TOOLORCHESTRA_CACHE") or Path.home() / ".cache" / "toolorchestra").expanduser()
     path = root.joinpath(*parts)
     path.mkdir(parents=True, exist_ok=True)
     return path

@@ -92,8 +92,6 @@ def greedy_guided_decode(
         confirmed = 0
         while len(generated) < limit and not matcher.is_terminated():
             token = _pick(matcher, bitmask, logits[position], len(generated), limit, closing_ids)
-            if not matcher.accept_token(token):  # the mask allowed it: only a broken grammar gets here
-                raise RuntimeError(f"the grammar refused token {token} it allowed")
             generated.append(token)
             if confirmed < len(draft) and token == draft[confirmed]:
                 confirmed += 1
@@ -140,10 +138,14 @@ def _pick(
     limit: int,
     closing_ids: torch.Tensor,
 ) -> int:
-    """Greedy under the grammar, with GuidedLogitsProcessor's rule near the limit (closing tokens first)."""
+    """Greedy under the grammar, with GuidedLogitsProcessor's rule near the limit (closing tokens first); the
+    token picked is accepted by `matcher`."""
     scores = logits.unsqueeze(0).clone()
     matcher.fill_next_token_bitmask(bitmask, 0)
     xgr.apply_token_bitmask_inplace(scores, bitmask.to(scores.device))
     if len(closing_ids):
         keep_closing_near_limit(scores, 0, limit, generated, closing_ids.to(scores.device))
-    return int(scores[0].argmax())
+    token = int(scores[0].argmax())
+    if not matcher.accept_token(token):  # the mask allowed it: only a broken grammar gets here
+        raise RuntimeError(f"the grammar refused token {token} it allowed")
+    return token

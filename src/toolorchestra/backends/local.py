@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from toolorchestra.backends.adapters import ShippedOrchestrator, find_orchestrator, guided_tool_calls
 from toolorchestra.backends.base import Backend, Completion, Message, ToolCall, Usage
 from toolorchestra.backends.toolcalls import parse_tool_calls, to_plain_messages
+from toolorchestra.cache import cache_dir
 from toolorchestra.catalog.schema import LocalBackendSpec
 from toolorchestra.errors import UserError
 
@@ -57,12 +58,6 @@ DEFAULT_REASONING_TOKENS = 64
 # ----------------------------------------------------------------------------------------------
 # Model resolution and conversion
 # ----------------------------------------------------------------------------------------------
-
-
-def cache_dir() -> Path:
-    """Where converted models live: $TOOLORCHESTRA_CACHE, else ~/.cache/toolorchestra."""
-    configured = os.environ.get("TOOLORCHESTRA_CACHE")
-    return Path(configured).expanduser() if configured else Path.home() / ".cache" / "toolorchestra"
 
 
 def bundled_smollm2_gguf() -> Path:
@@ -183,7 +178,6 @@ def _built_dir(name: str, build: Any, marker: dict[str, Any] | None) -> Path:
         return target
     from filelock import FileLock
 
-    root.mkdir(parents=True, exist_ok=True)
     with FileLock(str(root / f".{name}.lock")):
         if _is_converted(target):  # another process finished while this one waited for the lock
             return target

@@ -51,7 +51,7 @@ CHARS_PER_TOKEN = 4
 MESSAGE_OVERHEAD_TOKENS = 4
 """Fallback estimate of the chat-template tokens (role markers, separators) around each message."""
 
-_BODY_SNIPPET_CHARS = 300
+SNIPPET_CHARS = 300
 _OPENAI_HOSTS = {"api.openai.com"}
 
 
@@ -224,7 +224,7 @@ class OpenAIBackend(Backend):
 
     def _status_failure(self, exc: Any) -> Exception:
         status = exc.status_code
-        body = _snippet(self._redact(exc.response.text if exc.response is not None else str(exc.message)))
+        body = snippet(self._redact(exc.response.text if exc.response is not None else str(exc.message)))
         if status == 429 or status >= 500:
             return _RetryableFailure(f"HTTP {status}: {body}", _retry_after_s(exc.response))
         return BackendError(
@@ -332,7 +332,7 @@ def _shape_problem(response: Any, redact: Callable[[str], str]) -> str:
     from openai.types.chat import ChatCompletion
 
     if not isinstance(response, ChatCompletion):
-        return f"expected a chat completion JSON object, got {_snippet(redact(str(response)))!r}"
+        return f"expected a chat completion JSON object, got {snippet(redact(str(response)))!r}"
     choices = getattr(response, "choices", None)
     if not isinstance(choices, list) or not choices:
         return "the response has no 'choices'"
@@ -358,7 +358,7 @@ def _native_reply(response: Any) -> tuple[str, list[ToolCall], list[str]]:
         function = getattr(raw, "function", None)
         name = getattr(function, "name", None)
         if not isinstance(name, str) or not name:
-            errors.append(f"malformed tool call #{index} (no function name): {_snippet(repr(raw))}")
+            errors.append(f"malformed tool call #{index} (no function name): {snippet(repr(raw))}")
             continue
         arguments_text = getattr(function, "arguments", None) or "{}"
         try:
@@ -367,7 +367,7 @@ def _native_reply(response: Any) -> tuple[str, list[ToolCall], list[str]]:
             arguments = None
         if not isinstance(arguments, dict):
             errors.append(
-                f"malformed tool call {name!r} (arguments are not a JSON object): {_snippet(str(arguments_text))!r}"
+                f"malformed tool call {name!r} (arguments are not a JSON object): {snippet(str(arguments_text))!r}"
             )
             continue
         call_id = getattr(raw, "id", None)
@@ -446,6 +446,7 @@ def _retry_after_s(response: Any) -> float | None:
         return None
 
 
-def _snippet(text: str) -> str:
+def snippet(text: str) -> str:
+    """`text` on one line, cut to SNIPPET_CHARS (a server's reply quoted in an error message)."""
     text = " ".join(text.split())
-    return text if len(text) <= _BODY_SNIPPET_CHARS else text[:_BODY_SNIPPET_CHARS] + "..."
+    return text if len(text) <= SNIPPET_CHARS else text[:SNIPPET_CHARS] + "..."

@@ -114,7 +114,8 @@ class QuestionReader:
         """One file per model: its resolved weights (path and modification times) and the reading rule; named
         once per reader (the weights do not change under a running process)."""
         if self._path is None:
-            from toolorchestra.backends.local import cache_dir, resolve_model_dir
+            from toolorchestra.backends.local import resolve_model_dir
+            from toolorchestra.cache import cache_dir
 
             model_dir = resolve_model_dir(self.model_name)
             stamps = sorted(f"{path.name}:{path.stat().st_mtime_ns}" for path in model_dir.glob("*.safetensors"))

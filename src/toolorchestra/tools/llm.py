@@ -12,6 +12,7 @@ import json
 import random
 from typing import Any
 
+from toolorchestra.backends.base import Completion
 from toolorchestra.backends.pool import ModelPool
 from toolorchestra.tools.base import Tool, ToolContext, ToolResult
 
@@ -44,11 +45,13 @@ def random_labels(items: list[str], rng: random.Random) -> dict[str, str]:
 class LLMTool(Tool):
     """Base of tools that route a request to one of several models by label."""
 
+    default_description = ""  # a subclass's description where the catalog gives none
+
     def __init__(
         self, name: str, description: str, labels: dict[str, str], pool: ModelPool, max_tokens: int = 512
     ) -> None:
         self.name = name
-        self.description = description
+        self.description = description or self.default_description
         self.labels = dict(labels)
         self.pool = pool
         self.max_tokens = max_tokens
@@ -88,24 +91,29 @@ class LLMTool(Tool):
             completion, cost = await self.pool.complete(model, messages, max_tokens=self.max_tokens)
         except Exception as exc:  # a failed model call is an observation, never a crash of the episode
             return ToolResult(error=f"model {model} failed: {exc}", model=model, label=label)
-        return ToolResult(
-            output=completion.text,
-            model=model,
-            label=label,
-            cost_usd=cost,
-            latency_s=completion.latency_s,
-            prompt_tokens=completion.usage.prompt_tokens,
-            completion_tokens=completion.usage.completion_tokens,
-        )
+        return answered(completion, cost, model, label)
+
+
+def answered(completion: Completion, cost: float, model: str, label: str, output: str | None = None) -> ToolResult:
+    """The result of a model call that succeeded: its text (or `output`), tokens, dollars and seconds."""
+    return ToolResult(
+        output=completion.text if output is None else output,
+        model=model,
+        label=label,
+        cost_usd=cost,
+        latency_s=completion.latency_s,
+        prompt_tokens=completion.usage.prompt_tokens,
+        completion_tokens=completion.usage.completion_tokens,
+    )
 
 
 class ExpertTool(LLMTool):
+    default_description = "Ask a language model a self-contained question."
+
     def __init__(
         self, name: str, description: str, labels: dict[str, str], pool: ModelPool, max_tokens: int = 512
     ) -> None:
-        super().__init__(
-            name, description or "Ask a language model a self-contained question.", labels, pool, max_tokens
-        )
+        super().__init__(name, description, labels, pool, max_tokens)
         self.parameters = {
             "type": "object",
             "properties": {
@@ -120,8 +128,7 @@ class ExpertTool(LLMTool):
         }
 
     async def run(self, arguments: dict[str, Any], context: ToolContext) -> ToolResult:
-        resolved = self.resolve_label(arguments)
-        if isinstance(resolved, str):
+        if isinstance(resolved := self.resolve_label(arguments), str):
             return ToolResult(error=resolved)
         question = arguments.get("question") or context.task.prompt
         if not isinstance(question, str):
@@ -135,10 +142,12 @@ class ExpertTool(LLMTool):
 class AnswerTool(LLMTool):
     """Ends the episode: either states the answer, or lets an answer model write it."""
 
+    default_description = "Give the final answer and end the episode."
+
     def __init__(
         self, name: str, description: str, labels: dict[str, str], pool: ModelPool, max_tokens: int = 512
     ) -> None:
-        super().__init__(name, description or "Give the final answer and end the episode.", labels, pool, max_tokens)
+        super().__init__(name, description, labels, pool, max_tokens)
         properties: dict[str, Any] = {"answer": {"type": "string", "minLength": 1, "description": "the final answer"}}
         if labels:
             properties["model"] = self.label_property()
@@ -149,8 +158,7 @@ class AnswerTool(LLMTool):
 
     async def run(self, arguments: dict[str, Any], context: ToolContext) -> ToolResult:
         if self.labels and arguments.get("model") is not None:
-            resolved = self.resolve_label(arguments)
-            if isinstance(resolved, str):
+            if isinstance(resolved := self.resolve_label(arguments), str):
                 return ToolResult(error=resolved)
             label, model = resolved
             consulted = consulted_answer(context.messages, label, context.task.prompt, self.name)

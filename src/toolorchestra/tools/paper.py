@@ -122,7 +122,6 @@ class PaperTool(LLMTool):
     """A paper tool: one required `model` argument whose description lists the labels with their prices."""
 
     purpose = "The model used"
-    default_description = ""
     instruction = ""  # what the labelled model is told to write, after the question
 
     def __init__(
@@ -136,7 +135,7 @@ class PaperTool(LLMTool):
         document_chars: int | None = 1000,
         label_enum: bool = False,
     ) -> None:
-        super().__init__(name, description or self.default_description, labels, pool, max_tokens)
+        super().__init__(name, description, labels, pool, max_tokens)
         self.context_tokens = context_tokens
         self.document_chars = document_chars
         model: dict[str, Any] = {
@@ -164,8 +163,7 @@ class PaperTool(LLMTool):
         raise NotImplementedError
 
     async def run(self, arguments: dict[str, Any], context: ToolContext) -> ToolResult:
-        resolved = self.resolve_label(arguments)
-        if isinstance(resolved, str):
+        if isinstance(resolved := self.resolve_label(arguments), str):
             return ToolResult(error=resolved)
         label, model = resolved
         reply = await self.ask(label, model, [{"role": "user", "content": self.prompt(context).lstrip()}])

@@ -135,6 +135,8 @@ class SearchTool(Tool):
 class QueryWriterSearchTool(LLMTool):
     """Search where a chosen model writes the query (charged at its price), then BM25 retrieves."""
 
+    default_description = "A model writes a search query for the question; returns passages."
+
     def __init__(
         self,
         corpus: str,
@@ -145,13 +147,7 @@ class QueryWriterSearchTool(LLMTool):
         top_k: int = 3,
         max_tokens: int = 48,
     ) -> None:
-        super().__init__(
-            name,
-            description or "A model writes a search query for the question; returns passages.",
-            labels,
-            pool,
-            max_tokens,
-        )
+        super().__init__(name, description or "", labels, pool, max_tokens)
         self.search_tool = SearchTool(corpus, name=name, top_k=top_k)
         self.parameters = {
             "type": "object",
@@ -163,8 +159,7 @@ class QueryWriterSearchTool(LLMTool):
         }
 
     async def run(self, arguments: dict[str, Any], context: ToolContext) -> ToolResult:
-        resolved = self.resolve_label(arguments)
-        if isinstance(resolved, str):
+        if isinstance(resolved := self.resolve_label(arguments), str):
             return ToolResult(error=resolved)
         label, model = resolved
         question = arguments.get("question") or context.task.prompt

@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 
+from toolorchestra.backends.openai_compat import snippet
 from toolorchestra.errors import ConfigError
 from toolorchestra.tools.base import Tool, ToolContext, ToolResult, truncate
 
@@ -27,7 +28,6 @@ DEFAULT_DESCRIPTION = (
 )
 CONTENT_CHARS_PER_RESULT = 700
 """Extract length per result, so that every result fits in one observation rather than the first alone."""
-_ERROR_BODY_CHARS = 300
 
 
 class WebSearchTool(Tool):
@@ -119,7 +119,7 @@ class WebSearchTool(Tool):
             return ToolResult(error=f"web search request to {self.url} failed: {exc.__class__.__name__}: {exc}")
         if response.status_code >= 400:
             return ToolResult(
-                error=f"web search at {self.url} returned HTTP {response.status_code}: {_snippet(response.text)}"
+                error=f"web search at {self.url} returned HTTP {response.status_code}: {snippet(response.text)}"
             )
         return self._read_results(query, response)
 
@@ -128,11 +128,11 @@ class WebSearchTool(Tool):
             payload = response.json()
         except ValueError:
             return ToolResult(
-                error=f"web search at {self.url} returned a body that is not JSON: {_snippet(response.text)}"
+                error=f"web search at {self.url} returned a body that is not JSON: {snippet(response.text)}"
             )
         results = payload.get("results") if isinstance(payload, dict) else None
         if not isinstance(results, list):
-            return ToolResult(error=f"web search at {self.url} returned no 'results' list: {_snippet(response.text)}")
+            return ToolResult(error=f"web search at {self.url} returned no 'results' list: {snippet(response.text)}")
         hits = [hit for hit in results if isinstance(hit, dict)][: self.top_k]
         return ToolResult(
             output=format_results(query, hits),
@@ -160,8 +160,3 @@ def _check_options(name: str, top_k: Any, timeout_s: Any, price_per_call: Any) -
         raise ConfigError(f"tool {name!r}: option 'timeout_s' must be a number > 0; got {timeout_s!r}")
     if isinstance(price_per_call, bool) or not isinstance(price_per_call, (int, float)) or price_per_call < 0:
         raise ConfigError(f"tool {name!r}: option 'price_per_call' must be a number >= 0; got {price_per_call!r}")
-
-
-def _snippet(text: str) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= _ERROR_BODY_CHARS else text[:_ERROR_BODY_CHARS] + "..."

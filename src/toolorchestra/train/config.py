@@ -315,25 +315,14 @@ class TrainerConfig(_Strict):
 READ_ONLY_BY: dict[str, tuple[str, ...]] = {
     "grpo": ("grpo",),
     "counterfactual": ("counterfactual",),
-    "rollout.n": ("grpo",),
-    "rollout.top_p": ("grpo",),
-    "rollout.response_length": ("grpo",),
-    "rollout.max_assistant_turns": ("grpo",),
-    "rollout.max_episode_tokens": ("grpo",),
-    "rollout.generation_batch_size": ("grpo",),
-    "rollout.share_prompt_prefill": ("grpo",),
-    "rollout.cache_prompt_prefix": ("grpo",),
-    "rollout.orchestrator_latency": ("grpo",),
+    # every rollout knob but the temperature is the grpo sampler's
+    **{f"rollout.{name}": ("grpo",) for name in RolloutConfig.model_fields if name != "temperature"},
     "rollout.temperature": ("grpo", "counterfactual"),
-    "actor.ppo_mini_batch_size": ("grpo",),
-    "actor.ppo_epochs": ("grpo",),
-    "actor.clip_ratio_low": ("grpo",),
-    "actor.clip_ratio_high": ("grpo",),
-    "actor.clip_ratio_c": ("grpo",),
-    "actor.use_kl_loss": ("grpo",),
-    "actor.kl_loss_coef": ("grpo",),
-    "actor.kl_loss_type": ("grpo",),
-    "actor.loss_agg_mode": ("grpo",),
+    **{
+        f"actor.{name}": ("grpo",)
+        for name in ("ppo_mini_batch_size", "ppo_epochs", "clip_ratio_low", "clip_ratio_high", "clip_ratio_c")
+    },
+    **{f"actor.{name}": ("grpo",) for name in ("use_kl_loss", "kl_loss_coef", "kl_loss_type", "loss_agg_mode")},
     "actor.entropy_coeff": ("grpo", "counterfactual"),
     "actor.ppo_micro_batch_size": ("grpo", "counterfactual"),
     "actor.optim": ("grpo", "counterfactual"),  # the sft recipe steps its own AdamW at sft.lr

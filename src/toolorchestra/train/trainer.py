@@ -11,9 +11,6 @@ trainer only through its public interface: `config`, `env`, `tasks`, `policy`, `
 from __future__ import annotations
 
 import copy
-import ctypes
-import ctypes.util
-import functools
 import json
 import random
 import time
@@ -23,6 +20,7 @@ from typing import Any
 from toolorchestra.envs.base import Env, Task
 from toolorchestra.envs.registry import make_env
 from toolorchestra.errors import ConfigError
+from toolorchestra.serve.limits import return_freed_memory
 from toolorchestra.train.checkpoint import latest_checkpoint, load_checkpoint, load_trainable, save_checkpoint
 from toolorchestra.train.config import ModelConfig, TrainConfig
 from toolorchestra.train.rollout import Episode, RolloutEngine
@@ -144,30 +142,6 @@ def _load_adapter_weights(adapter: Path, model: Any) -> None:
     uncovered = [name for name, param in model.named_parameters() if param.requires_grad and name not in loaded]
     if uncovered:
         raise ValueError(f"adapter lacks trainable weights of the policy, e.g. {uncovered[:3]}")
-
-
-@functools.cache
-def _malloc_trim() -> Any:
-    """glibc's malloc_trim, or None where the C library has none (macOS, musl)."""
-    try:
-        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
-    except (OSError, AttributeError):
-        return None
-
-
-def return_freed_memory() -> bool:
-    """Hand the C heap's free pages back to the operating system after a step; True where that was possible.
-
-    A step frees activations and caches of many sizes (a ToolScale prompt is 3-7k tokens), and glibc keeps
-    freed heap memory for reuse, fragmented. Without this the resident size of the ToolScale SFT run grew from
-    4.7 GB to 8.8 GB in its first 7 steps and to 15 GB over 100; calling malloc_trim(0) in that process took it
-    from 7.9 GB to 3.6 GB. With it, the same run falls back to 1.7-2.2 GB between steps (9 steps measured); a
-    step's own peak, its working set, is unchanged: up to 10.1 GB for the longest domain prompt (2026-11-26)."""
-    trim = _malloc_trim()
-    if trim is None:
-        return False
-    trim(0)
-    return True
 
 
 class Trainer:

@@ -40,7 +40,7 @@ from toolorchestra.envs.base import Task
 from toolorchestra.errors import UserError
 from toolorchestra.integrations.tau2.runtime import require_tau2
 from toolorchestra.tools.base import ToolContext, ToolResult
-from toolorchestra.tools.llm import LLMTool
+from toolorchestra.tools.llm import LLMTool, answered
 
 require_tau2()
 
@@ -190,15 +190,7 @@ class CallExpertTool(LLMTool):
             )
         except Exception as exc:  # a failed expert is an observation for the orchestrator, not a crash
             return ToolResult(error=f"expert {label} ({model}) failed: {exc}", model=model, label=label)
-        return ToolResult(
-            output=proposal_text(completion),
-            model=model,
-            label=label,
-            cost_usd=cost,
-            latency_s=completion.latency_s,
-            prompt_tokens=completion.usage.prompt_tokens,
-            completion_tokens=completion.usage.completion_tokens,
-        )
+        return answered(completion, cost, model, label, proposal_text(completion))
 
 
 def proposal_text(completion: Completion) -> str:
