@@ -7,7 +7,8 @@ git alone:
 
 - format: the one commit that ran `ruff format` over src/ (and, as a check, what the formatter alone does to
   the 453e928 tree, formatted here in a temporary copy with today's pyproject.toml);
-- refactor: the commits that carried out issue 25's items (listed below by hash, with what each did);
+- refactor: the commits that carried out issue 25's items, and the later merges that cut lines for its LOC
+  line (listed below by hash, with what each did; a merge counts as its diff against its first parent);
 - other: everything else since 453e928 (features and fixes of other issues, and merge resolutions).
 
 Lines are `wc -l` over src/toolorchestra/**/*.py, as the issue counted them.
@@ -42,6 +43,12 @@ REFACTOR_COMMITS = {
     "bccca70": "mypy fixes [8]",
     "b251134": "registry reads the ToolScale domain list from one place [1]",
     "5a8d6e9": "one draw_messages for every training episode's opening [1]",
+    # 2026-11-27: behaviour-preserving cuts, one merge per area (a merge counts against its first parent)
+    "36b3175": "backends/tools/serve: shared plumbing, forwarding wrappers and unused stats gone [LOC]",
+    "b9b12c3": "train/integrations: shared padding, KV-cache and label scoring; tau2 verdict table [LOC]",
+    "a520d46": "envs: one Drafter, every write tool through write_spec, replay helpers shared [LOC]",
+    "29f4fe6": "bench/cli/agent/catalog/reward: forwarders gone, one table helper, one pool set-up [LOC]",
+    "1066107": "OrchestratorPolicy settings as a typed functools.partial [LOC]",
 }
 
 

@@ -192,7 +192,7 @@ def test_freed_heap_memory_goes_back_to_the_system_after_a_step() -> None:
     import ctypes
     import ctypes.util
 
-    from toolorchestra.train.trainer import return_freed_memory
+    from toolorchestra.memory import return_freed_memory
 
     libc = ctypes.CDLL(ctypes.util.find_library("c"))
     libc.malloc.restype = ctypes.c_void_p

@@ -20,7 +20,7 @@ from typing import Any
 from toolorchestra.envs.base import Env, Task
 from toolorchestra.envs.registry import make_env
 from toolorchestra.errors import ConfigError
-from toolorchestra.serve.limits import return_freed_memory
+from toolorchestra.memory import return_freed_memory
 from toolorchestra.train.checkpoint import latest_checkpoint, load_checkpoint, load_trainable, save_checkpoint
 from toolorchestra.train.config import ModelConfig, TrainConfig
 from toolorchestra.train.rollout import Episode, RolloutEngine
