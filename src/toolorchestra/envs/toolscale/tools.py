@@ -132,15 +132,8 @@ def locate(database: Database, shape: CollectionShape, arguments: dict[str, Any]
 
 
 def id_schema(shape: CollectionShape, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    properties = {
-        key_argument(shape): {
-            "type": "string",
-            "minLength": 1,
-            "description": f"the {shape.singular}'s {key_argument(shape)}",
-        }
-    }
-    properties.update(extra or {})
-    return {"type": "object", "properties": properties, "required": list(properties), "additionalProperties": False}
+    key = {"type": "string", "minLength": 1, "description": f"the {shape.singular}'s {key_argument(shape)}"}
+    return object_schema({key_argument(shape): key, **(extra or {})})
 
 
 def get_tool(shape: CollectionShape) -> ToolSpec:

@@ -40,24 +40,15 @@ MODULES: dict[str, ModuleType] = {
 }
 
 
-def actions_module(domain_name: str) -> ModuleType | None:
-    """`actions/<domain_name>.py` if the domain has one."""
-    return MODULES.get(domain_name)
-
-
-def action_specs(domain: Domain) -> list[ToolSpec]:
-    module = actions_module(domain.name)
-    return list(module.specs(domain)) if module else []
-
-
 def action_drafts(generator: Generator) -> list[Draft]:
-    module = actions_module(generator.domain.name)
+    module = MODULES.get(generator.domain.name)
     return list(module.drafts(generator)) if module else []
 
 
 def domain_specs(domain: Domain) -> list[ToolSpec]:
     """The derived tools, then the domain's policy actions (envs/toolscale/actions/<domain>.py, if any)."""
-    return derive_tools(domain.shapes, domain.nested) + action_specs(domain)
+    module = MODULES.get(domain.name)
+    return derive_tools(domain.shapes, domain.nested) + (list(module.specs(domain)) if module else [])
 
 
-__all__ = ["MODULES", "action_drafts", "action_specs", "actions_module", "domain_specs"]
+__all__ = ["MODULES", "action_drafts", "domain_specs"]
