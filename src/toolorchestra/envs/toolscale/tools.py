@@ -73,6 +73,19 @@ def write_spec(
     )
 
 
+def writes_on(collection: str, key_argument: str, common: dict[str, Any]) -> Callable[..., ToolSpec]:
+    """A `write_spec` maker for a domain's actions on one collection: each action takes the `common` arguments
+    (the record's key argument among them) before its own required ones, then any optional ones."""
+
+    def write(
+        name: str, description: str, own: dict[str, Any], handler: Handler, optional: dict[str, Any] | None = None
+    ) -> ToolSpec:
+        parameters = object_schema({**common, **own}, optional)
+        return write_spec(name, description, parameters, handler, collection, key_argument)
+
+    return write
+
+
 class DomainTool(Tool):
     def __init__(self, spec: ToolSpec, database: Database) -> None:
         self.spec, self.database = spec, database
@@ -343,4 +356,5 @@ __all__ = [
     "leaf_paths",
     "object_schema",
     "write_spec",
+    "writes_on",
 ]

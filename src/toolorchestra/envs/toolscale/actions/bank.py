@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from toolorchestra.envs.toolscale.actions.shared import AMOUNT_SCHEMA, NOW, existing, money, new_key, positive_amount
 from toolorchestra.envs.toolscale.drafts import Draft, Drafter, action, fact_text
-from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema, write_spec
+from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema, write_spec, writes_on
 
 if TYPE_CHECKING:
     from toolorchestra.envs.toolscale.data import Database, Domain
@@ -282,18 +282,15 @@ ADDRESS = {
 
 def specs(domain: Domain) -> list[ToolSpec]:
     description = {"type": "string", "description": "optional; a default text is used when omitted"}
+    on_beneficiary = writes_on("beneficiaries", "beneficiary_id", {"client_id": ID})
     return [
-        write_spec(
+        on_beneficiary(
             "initiate_transfer_to_beneficiary",
             "Send money from the client's active account to an "
             "owned, active, verified beneficiary, within its per-transfer limit and the available balance.",
-            object_schema(
-                {"client_id": ID, "from_account_id": ID, "beneficiary_id": ID, "amount": AMOUNT_SCHEMA},
-                {"method": {"enum": ["ACH", "Wire"]}, "description": description},
-            ),
+            {"from_account_id": ID, "beneficiary_id": ID, "amount": AMOUNT_SCHEMA},
             transfer_to_beneficiary,
-            "beneficiaries",
-            "beneficiary_id",
+            {"method": {"enum": ["ACH", "Wire"]}, "description": description},
         ),
         write_spec(
             "initiate_internal_transfer",
@@ -318,43 +315,37 @@ def specs(domain: Domain) -> list[ToolSpec]:
             "loans",
             "loan_id",
         ),
-        write_spec(
+        on_beneficiary(
             "verify_beneficiary",
             "Mark the client's own beneficiary as verified.",
-            object_schema({"client_id": ID, "beneficiary_id": ID}, {"method": TEXT}),
+            {"beneficiary_id": ID},
             verify_beneficiary,
-            "beneficiaries",
-            "beneficiary_id",
+            {"method": TEXT},
         ),
-        write_spec(
+        on_beneficiary(
             "add_beneficiary",
             "Create a beneficiary for the client (verification pending).",
-            object_schema(
-                {
-                    "client_id": ID,
-                    "beneficiary_id": ID,
-                    "type": {"enum": ["individual", "business"]},
-                    "display_name": TEXT,
-                    "bank_name": TEXT,
-                    "account_number_masked": TEXT,
-                    "address": ADDRESS,
-                    "allowed_from_account_ids": {"type": "array", "items": ID, "minItems": 1},
-                    "per_transfer_limit": AMOUNT_SCHEMA,
-                    "daily_limit": AMOUNT_SCHEMA,
-                },
-                {
-                    "first_name": TEXT,
-                    "last_name": TEXT,
-                    "business_name": TEXT,
-                    "routing_number": TEXT,
-                    "iban": TEXT,
-                    "swift_bic": TEXT,
-                    "verification_method": TEXT,
-                },
-            ),
+            {
+                "beneficiary_id": ID,
+                "type": {"enum": ["individual", "business"]},
+                "display_name": TEXT,
+                "bank_name": TEXT,
+                "account_number_masked": TEXT,
+                "address": ADDRESS,
+                "allowed_from_account_ids": {"type": "array", "items": ID, "minItems": 1},
+                "per_transfer_limit": AMOUNT_SCHEMA,
+                "daily_limit": AMOUNT_SCHEMA,
+            },
             add_beneficiary,
-            "beneficiaries",
-            "beneficiary_id",
+            {
+                "first_name": TEXT,
+                "last_name": TEXT,
+                "business_name": TEXT,
+                "routing_number": TEXT,
+                "iban": TEXT,
+                "swift_bic": TEXT,
+                "verification_method": TEXT,
+            },
         ),
     ]
 

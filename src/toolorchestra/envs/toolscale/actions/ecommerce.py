@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 from toolorchestra.envs.toolscale.actions.shared import address_of, existing, money, pick_entries
 from toolorchestra.envs.toolscale.drafts import Draft, Drafter, action
-from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema, write_spec
+from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema, write_spec, writes_on
 
 if TYPE_CHECKING:
     from toolorchestra.envs.toolscale.data import Database, Domain
@@ -285,18 +285,7 @@ def exchange_items(database: Database, arguments: dict[str, Any]) -> Any:
 
 def specs(domain: Domain) -> list[ToolSpec]:
     address = {name: ({"type": "string"} if name in OPTIONAL_ADDRESS_FIELDS else TEXT) for name in ADDRESS_FIELDS}
-    owner, sale = {"account_key": TEXT}, {"account_key": TEXT, "sale_ref": TEXT}
-
-    def write(
-        name: str,
-        description: str,
-        parameters: dict[str, Any],
-        handler: Any,
-        collection: str = SALES,
-        key: str = "sale_ref",
-    ) -> ToolSpec:
-        return write_spec(name, description, object_schema(parameters), handler, collection, key)
-
+    write = writes_on(SALES, "sale_ref", {"account_key": TEXT, "sale_ref": TEXT})
     return [
         ToolSpec(
             "find_account_key_by_name_zip",
@@ -306,10 +295,10 @@ def specs(domain: Domain) -> list[ToolSpec]:
             find_by_name_zip,
             collection=ACCOUNTS,
         ),
-        write(
+        write_spec(
             "modify_account_address",
             "Replace the account's default address (line2 may be empty).",
-            {**owner, **address},
+            object_schema({"account_key": TEXT, **address}),
             modify_account_address,
             ACCOUNTS,
             "account_key",
@@ -317,28 +306,21 @@ def specs(domain: Domain) -> list[ToolSpec]:
         write(
             "modify_pending_sale_address",
             "Replace the delivery address of the account's pending sale.",
-            {**sale, **address},
+            address,
             modify_sale_address,
         ),
         write(
             "modify_pending_sale_payment",
             "Pay the account's pending sale (exactly one payment entry) with "
             "another funding source of the account; the original instrument is refunded.",
-            {**sale, "instrument_id": TEXT},
+            {"instrument_id": TEXT},
             modify_sale_payment,
         ),
         write(
             "cancel_pending_sale",
             "Cancel the account's pending sale; reason 'no longer needed' or 'ordered by "
             "mistake'; every payment is refunded to its instrument.",
-            {
-                **sale,
-                "reason": {
-                    "type": "string",
-                    "minLength": 1,
-                    "description": "'no longer needed' or 'ordered by mistake'",
-                },
-            },
+            {"reason": {"type": "string", "minLength": 1, "description": "'no longer needed' or 'ordered by mistake'"}},
             cancel_sale,
         ),
         write(
@@ -346,7 +328,7 @@ def specs(domain: Domain) -> list[ToolSpec]:
             "Request a return of items of the account's delivered sale (list "
             "every unit, duplicates for quantities), refunded to the original payment instrument or a gift card "
             "of the account. Only once per sale.",
-            {**sale, "unit_skus": SKUS, "instrument_id": TEXT},
+            {"unit_skus": SKUS, "instrument_id": TEXT},
             return_items,
         ),
         write(
@@ -354,7 +336,7 @@ def specs(domain: Domain) -> list[ToolSpec]:
             "Request an exchange of items of the account's delivered sale for "
             "in-stock offerings of the same catalogue group (unit_skus_new aligned with unit_skus_old); "
             "instrument_id: a funding source of the account for the price difference. Only once per sale.",
-            {**sale, "unit_skus_old": SKUS, "unit_skus_new": SKUS, "instrument_id": TEXT},
+            {"unit_skus_old": SKUS, "unit_skus_new": SKUS, "instrument_id": TEXT},
             exchange_items,
         ),
     ]

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from toolorchestra.envs.toolscale.actions.shared import AMOUNT_SCHEMA, existing, money, positive_amount
 from toolorchestra.envs.toolscale.drafts import Draft, Drafter, action, fact_text
-from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema, write_spec
+from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema, writes_on
 
 if TYPE_CHECKING:
     from toolorchestra.envs.toolscale.data import Database, Domain
@@ -297,11 +297,7 @@ def cancel_prescription(database: Database, arguments: dict[str, Any]) -> Any:
 
 
 def specs(domain: Domain) -> list[ToolSpec]:
-    def write(name: str, description: str, extra: dict[str, Any], handler: Any) -> ToolSpec:
-        return write_spec(
-            name, description, object_schema({**OWNED, **extra}), handler, PRESCRIPTIONS, "prescription_id"
-        )
-
+    write = writes_on(PRESCRIPTIONS, "prescription_id", OWNED)
     # status and counseling_offered are plain strings: a value outside the policy's fails with the rule's message
     return [
         write(

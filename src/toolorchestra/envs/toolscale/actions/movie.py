@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from toolorchestra.envs.toolscale.actions.shared import existing, money, new_key
 from toolorchestra.envs.toolscale.drafts import Draft, Drafter, action
-from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema, write_spec
+from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema, write_spec, writes_on
 
 if TYPE_CHECKING:
     from toolorchestra.envs.toolscale.data import Database, Domain
@@ -350,7 +350,7 @@ def cancel_booking(database: Database, arguments: dict[str, Any]) -> Any:
 
 
 def specs(domain: Domain) -> list[ToolSpec]:
-    booking_id = {"booking_id": TEXT}
+    write = writes_on(BOOKINGS, "booking_id", {"booking_id": TEXT})
     return [
         ToolSpec(
             "get_seat_availability",
@@ -387,22 +387,19 @@ def specs(domain: Domain) -> list[ToolSpec]:
             BOOKINGS,
             "show_id",
         ),
-        write_spec(
+        write(
             "update_booking_seats",
             "Replace the seats of a confirmed booking (scheduled show); a higher "
             "total needs one payment of exactly the difference, a lower one is refunded.",
-            object_schema({**booking_id, "seats": SEATS_SCHEMA}, {"payment": PAYMENT_SCHEMA}),
+            {"seats": SEATS_SCHEMA},
             update_booking_seats,
-            BOOKINGS,
-            "booking_id",
+            {"payment": PAYMENT_SCHEMA},
         ),
-        write_spec(
+        write(
             "cancel_booking",
             "Cancel a confirmed or pending booking of a show that is not completed; the full amount paid is refunded.",
-            object_schema(booking_id),
+            {},
             cancel_booking,
-            BOOKINGS,
-            "booking_id",
         ),
     ]
 

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from toolorchestra.envs.toolscale.actions.shared import existing
 from toolorchestra.envs.toolscale.drafts import Draft, Drafter, action, fact_text
-from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema, write_spec
+from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema, write_spec, writes_on
 
 if TYPE_CHECKING:
     from toolorchestra.envs.toolscale.data import Database, Domain
@@ -264,17 +264,7 @@ def add_wallet_funds(database: Database, arguments: dict[str, Any]) -> Any:
 
 
 def specs(domain: Domain) -> list[ToolSpec]:
-    def write(
-        name: str,
-        description: str,
-        required: dict[str, Any],
-        optional: dict[str, Any] | None,
-        handler: Any,
-        collection: str = RESERVATIONS,
-        key: str = "reservation_id",
-    ) -> ToolSpec:
-        return write_spec(name, description, object_schema(required, optional), handler, collection, key)
-
+    write = writes_on(RESERVATIONS, "reservation_id", RESERVATION_ARGS)
     # reason and amount are checked in the handlers (not by enum / multipleOf) so that a value the policy
     # does not allow fails with the rule's own message
     return [
@@ -283,35 +273,29 @@ def specs(domain: Domain) -> list[ToolSpec]:
             "Cancel the user's reservation (none of it departed) when it was booked in the "
             "last 24 hours, a train of it is cancelled, it is first_class, or it is insured and the reason is "
             "covered (health, weather); payments are refunded to the original methods.",
-            {
-                **RESERVATION_ARGS,
-                "reason": {"type": "string", "minLength": 1, "description": "one of " + ", ".join(REASONS)},
-            },
-            None,
+            {"reason": {"type": "string", "minLength": 1, "description": "one of " + ", ".join(REASONS)}},
             cancel_reservation,
         ),
         write(
             "modify_reservation_bags",
             "Set the reservation's total bags and bikes ($15 per bag beyond 1 per "
             "passenger, $10 per bike); the fee difference is charged or refunded to one saved payment method.",
-            {**RESERVATION_ARGS, "total_bags": COUNT, "bikes": COUNT},
-            METHOD,
+            {"total_bags": COUNT, "bikes": COUNT},
             modify_bags,
+            METHOD,
         ),
         write(
             "update_passengers",
             "Update the names and dates of birth (YYYY-MM-DD) of the reservation's "
             "passengers (same number of passengers).",
-            {**RESERVATION_ARGS, "passengers": PASSENGERS_SCHEMA},
-            None,
+            {"passengers": PASSENGERS_SCHEMA},
             update_passengers,
         ),
-        write(
+        write_spec(
             "add_wallet_funds",
             "Add a positive whole-dollar amount to the user's wallet (created if the user "
             "has none), optionally funded by a saved card.",
-            {"user_id": TEXT, "amount": {"type": "number", "description": "whole dollars, > 0"}},
-            METHOD,
+            object_schema({"user_id": TEXT, "amount": {"type": "number", "description": "whole dollars, > 0"}}, METHOD),
             add_wallet_funds,
             USERS,
             "user_id",

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 from toolorchestra.envs.toolscale.actions.shared import address_of, existing, money, pick_entries, positive_amount
 from toolorchestra.envs.toolscale.drafts import Draft, Drafter, action, fact_text
-from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema, write_spec
+from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, writes_on
 
 if TYPE_CHECKING:
     from toolorchestra.envs.toolscale.data import Database, Domain
@@ -241,60 +241,46 @@ def modify_plates(database: Database, arguments: dict[str, Any]) -> Any:
 
 
 def specs(domain: Domain) -> list[ToolSpec]:
-    address = {name: TEXT for name in ADDRESS_FIELDS}
+    address, write = {name: TEXT for name in ADDRESS_FIELDS}, writes_on(TICKETS, "ticket_ref", {"ticket_ref": ID})
     return [
-        write_spec(
+        write(
             "cancel_ticket",
             "Cancel a placed ticket; its payments are refunded to their instruments.",
-            object_schema({"ticket_ref": ID, "reason": {"type": "string", "minLength": 1}}),
+            {"reason": {"type": "string", "minLength": 1}},
             cancel_ticket,
-            TICKETS,
-            "ticket_ref",
         ),
-        write_spec(
+        write(
             "add_tip",
             "Add a tip (>= 0) to a ticket that is not cancelled, charged to a saved instrument of the ticket's patron.",
-            object_schema({"ticket_ref": ID, "amount": {"type": "number", "minimum": 0}, "instrument_ref": ID}),
+            {"amount": {"type": "number", "minimum": 0}, "instrument_ref": ID},
             add_tip,
-            TICKETS,
-            "ticket_ref",
         ),
-        write_spec(
+        write(
             "modify_ticket_dropoff",
             "Replace the dropoff address of a placed delivery ticket (all fields; line_two may be empty).",
-            object_schema({"ticket_ref": ID, **address}),
+            address,
             modify_dropoff,
-            TICKETS,
-            "ticket_ref",
         ),
-        write_spec(
+        write(
             "modify_ticket_table",
             "Replace the table information of a placed dine-in ticket.",
-            object_schema(
-                {"ticket_ref": ID, "zone": TEXT, "table_no": TEXT, "seat_count": {"type": "integer", "minimum": 1}}
-            ),
+            {"zone": TEXT, "table_no": TEXT, "seat_count": {"type": "integer", "minimum": 1}},
             modify_table,
-            TICKETS,
-            "ticket_ref",
         ),
-        write_spec(
+        write(
             "modify_ticket_payment",
             "Pay a placed ticket (exactly one payment) with another saved "
             "instrument of its patron: a new payment of the same total, a refund to the old instrument.",
-            object_schema({"ticket_ref": ID, "instrument_ref": ID}),
+            {"instrument_ref": ID},
             modify_payment,
-            TICKETS,
-            "ticket_ref",
         ),
-        write_spec(
+        write(
             "modify_ticket_plates",
             "Replace plates of a placed ticket with other plates of the same "
             "dish served today (lists aligned by position); the cost difference is charged or refunded to a "
             "saved instrument of the ticket's patron.",
-            object_schema({"ticket_ref": ID, "plate_refs": PLATES, "new_plate_refs": PLATES, "instrument_ref": ID}),
+            {"plate_refs": PLATES, "new_plate_refs": PLATES, "instrument_ref": ID},
             modify_plates,
-            TICKETS,
-            "ticket_ref",
         ),
     ]
 

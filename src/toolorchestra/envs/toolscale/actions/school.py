@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from toolorchestra.envs.toolscale.actions.shared import AMOUNT_SCHEMA, existing, money, new_key, positive_amount
 from toolorchestra.envs.toolscale.drafts import Draft, Drafter, action, fact_text
-from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema, write_spec
+from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema, write_spec, writes_on
 
 if TYPE_CHECKING:
     from toolorchestra.envs.toolscale.data import Database, Domain
@@ -324,7 +324,7 @@ def cancel_registration(database: Database, arguments: dict[str, Any]) -> Any:
 
 
 def specs(domain: Domain) -> list[ToolSpec]:
-    who = {"student_id": TEXT, "registration_id": TEXT}
+    write = writes_on(REGISTRATIONS, "registration_id", {"student_id": TEXT, "registration_id": TEXT})
     rates = ", ".join(f"{level} {fact_text(rate)}" for level, rate in RATE_PER_CREDIT.items())
     return [
         write_spec(
@@ -351,39 +351,33 @@ def specs(domain: Domain) -> list[ToolSpec]:
             REGISTRATIONS,
             "student_id",
         ),
-        write_spec(
+        write(
             "modify_registration",
             "Add courses (same term, open; priced like register_courses), drop "
             "courses and/or change grading options of a student's registration; no schedule conflict. A tuition "
             "increase is charged to payment_id (a saved payment method); a decrease is refunded as a negative "
             "amount (to payment_id if given, else the latest payment). Health insurance cannot change.",
-            object_schema(
-                who,
-                {
-                    "add_courses": {"type": "array", "items": PICK_SCHEMA},
-                    "drop_course_ids": {"type": "array", "items": TEXT},
-                    "grading_changes": {
-                        "type": "array",
-                        "items": object_schema(
-                            {"course_id": TEXT, "grading_option": {"type": "string", "enum": list(GRADING)}}
-                        ),
-                    },
-                    "payment_id": TEXT,
-                    "health_insurance": YES_NO,
-                },
-            ),
+            {},
             modify_registration,
-            REGISTRATIONS,
-            "registration_id",
+            {
+                "add_courses": {"type": "array", "items": PICK_SCHEMA},
+                "drop_course_ids": {"type": "array", "items": TEXT},
+                "grading_changes": {
+                    "type": "array",
+                    "items": object_schema(
+                        {"course_id": TEXT, "grading_option": {"type": "string", "enum": list(GRADING)}}
+                    ),
+                },
+                "payment_id": TEXT,
+                "health_insurance": YES_NO,
+            },
         ),
-        write_spec(
+        write(
             "cancel_registration",
             "Cancel a student's registration: all courses dropped, every payment "
             "refunded as a negative amount to its payment_id.",
-            object_schema(who),
+            {},
             cancel_registration,
-            REGISTRATIONS,
-            "registration_id",
         ),
     ]
 

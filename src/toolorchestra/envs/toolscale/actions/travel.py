@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from toolorchestra.envs.toolscale.actions.shared import existing, money
 from toolorchestra.envs.toolscale.drafts import Draft, Drafter, action, fact_text
-from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema, write_spec
+from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema, write_spec, writes_on
 
 if TYPE_CHECKING:
     from toolorchestra.envs.toolscale.data import Database, Domain
@@ -212,54 +212,41 @@ def schedule_meeting(database: Database, arguments: dict[str, Any]) -> Any:
 
 
 def specs(domain: Domain) -> list[ToolSpec]:
-    def write(
-        name: str,
-        description: str,
-        required: dict[str, Any],
-        optional: dict[str, Any] | None,
-        handler: Any,
-        collection: str = TRAVELERS,
-        key: str = "booking_id",
-    ) -> ToolSpec:
-        return write_spec(name, description, object_schema(required, optional), handler, collection, key)
-
+    write = writes_on(TRAVELERS, "booking_id", BOOKING_ARGS)
     return [
         write(
             "update_booking_departure_date",
             "Move the traveler's booking to another departure date of the same "
             "package (available, enough slots); the base-price difference is charged or refunded to a saved "
             "payment method.",
-            {**BOOKING_ARGS, "new_departure_date": DATE},
-            METHOD,
+            {"new_departure_date": DATE},
             update_departure_date,
+            METHOD,
         ),
         write(
             "update_booking_add_ons",
             "Replace the whole add-on list of the traveler's booking; the difference "
             "is charged or refunded to a saved payment method.",
-            {**BOOKING_ARGS, "add_ons": ADD_ONS_SCHEMA},
-            METHOD,
+            {"add_ons": ADD_ONS_SCHEMA},
             update_add_ons,
+            METHOD,
         ),
         write(
             "update_booking_travelers",
             "Update the names and dates of birth of the booking's travelers (same number of travelers).",
-            {**BOOKING_ARGS, "travelers": PEOPLE_SCHEMA},
-            None,
+            {"travelers": PEOPLE_SCHEMA},
             update_travelers,
         ),
         write(
             "update_booking_rooming",
             "Change the booking's rooming (price neutral).",
-            {**BOOKING_ARGS, "room_type": TEXT, "occupancy": {"type": "integer", "minimum": 1}},
-            None,
+            {"room_type": TEXT, "occupancy": {"type": "integer", "minimum": 1}},
             update_rooming,
         ),
-        write(
+        write_spec(
             "schedule_agent_meeting",
             "Schedule a meeting of the traveler with an agent inside one of the agent's available slots.",
-            {"agent_id": TEXT, "date": DATE, "time_range": TIME_RANGE, "traveler_id": TEXT},
-            None,
+            object_schema({"agent_id": TEXT, "date": DATE, "time_range": TIME_RANGE, "traveler_id": TEXT}),
             schedule_meeting,
             AGENTS,
             "agent_id",
