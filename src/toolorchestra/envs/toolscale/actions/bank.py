@@ -409,8 +409,7 @@ class BankDrafter(Drafter):
             drafts = [self.refuse(ask(amount), reads[:1], call, "beneficiary_id")]
             if beneficiary.get("status") == "active" and beneficiary["verification"].get("status") == "pending":
                 drafts.append(
-                    self.draft(
-                        "action_write",
+                    self.write(
                         f"Please verify my beneficiary {name} ({beneficiary_id}).",
                         [
                             reads[0],
@@ -423,9 +422,7 @@ class BankDrafter(Drafter):
         if cap >= 1:
             amount = round_amount(cap, self.rng.choice([0.1, 0.25, 0.5]))
             drafts.append(
-                self.draft(
-                    "action_write", ask(amount), [*reads, self.transfer_call(account, beneficiary_id, amount, method)]
-                )
+                self.write(ask(amount), [*reads, self.transfer_call(account, beneficiary_id, amount, method)])
             )
         over = round_amount(cap * 1.5, 1.0) + 100  # above the limit or the available balance
         call = self.transfer_call(account, beneficiary_id, over, method)
@@ -478,7 +475,7 @@ class BankDrafter(Drafter):
             if source.get("type") == "credit" or amount > float(source["balance"]["available"]):
                 drafts.append(self.draft("action_refusal", request, reads, call))
             else:
-                drafts.append(self.draft("action_write", request, [*reads, call]))
+                drafts.append(self.write(request, [*reads, call]))
         return drafts
 
     def add_beneficiary_task(self, template: dict[str, Any]) -> list[Draft]:
@@ -516,7 +513,7 @@ class BankDrafter(Drafter):
             f"{sources[0]['account_id']}; per-transfer limit {fact_text(limit)}, "
             f"daily limit {fact_text(arguments['daily_limit'])}. No other details."
         )
-        return [self.draft("action_write", request, [action("add_beneficiary", **arguments)])]
+        return [self.write(request, [action("add_beneficiary", **arguments)])]
 
 
 def drafts(generator: Generator) -> list[Draft]:

@@ -344,15 +344,8 @@ def specs(domain: Domain) -> list[ToolSpec]:
 
 # --- tasks -----------------------------------------------------------------------------------------
 def address_text(address: dict[str, str]) -> str:
-    parts = [
-        address["line1"],
-        address["line2"],
-        address["municipality"],
-        address["region"],
-        address["postal_code"],
-        address["nation"],
-    ]
-    return ", ".join(part for part in parts if part)
+    parts = ("line1", "line2", "municipality", "region", "postal_code", "nation")
+    return ", ".join(address[part] for part in parts if address[part])
 
 
 class EcommerceDrafter(Drafter):
@@ -376,17 +369,9 @@ class EcommerceDrafter(Drafter):
         return f"my {origin.replace('_', ' ')} {instrument_id}" if origin else instrument_id
 
     def new_address(self, current: dict[str, Any]) -> dict[str, str]:
-        line1, municipality, region, nation, postal_code = self.rng.choice(
-            [a for a in ADDRESSES if a[0] != current.get("line1")]
-        )
-        return {
-            "line1": line1,
-            "line2": self.rng.choice(APARTMENTS),
-            "municipality": municipality,
-            "region": region,
-            "nation": nation,
-            "postal_code": postal_code,
-        }
+        line1, *rest = self.rng.choice([a for a in ADDRESSES if a[0] != current.get("line1")])
+        rest_fields = dict(zip(ADDRESS_FIELDS[2:], rest, strict=True))  # ADDRESSES: all fields but line2, in order
+        return {"line1": line1, "line2": self.rng.choice(APARTMENTS), **rest_fields}
 
     # default address ---------------------------------------------------------------------------
     def address_tasks(self) -> list[Draft]:
@@ -394,8 +379,7 @@ class EcommerceDrafter(Drafter):
         current = dict(self.record.get("location") or {})
         new = self.new_address(current)
         drafts = [
-            self.draft(
-                "action_write",
+            self.write(
                 f"I have moved. Please change my default address to {address_text(new)}"
                 + ("" if new["line2"] else " (no second address line)")
                 + ".",
@@ -406,8 +390,7 @@ class EcommerceDrafter(Drafter):
             line2 = self.rng.choice([a for a in APARTMENTS if a and a != current.get("line2")])
             fixed = {**{name: current[name] for name in ADDRESS_FIELDS}, "line2": line2}
             drafts.append(
-                self.draft(
-                    "action_write",
+                self.write(
                     f"The second line of my default address is wrong: it should be "
                     f"'{line2}'; the rest stays ({address_text(fixed)}).",
                     [action("modify_account_address", account_key=self.key, **fixed)],
@@ -507,7 +490,7 @@ class EcommerceDrafter(Drafter):
         return of more units than bought, an exchange for another group's item and a cancellation (refusals)."""
         read = action("get_sale", sale_ref=sale_ref)
         request, call = self.return_request(sale_ref, sale)
-        drafts = [self.draft("action_write", request, [read, call])]
+        drafts = [self.write(request, [read, call])]
         swappable = [
             (line, sku)
             for line in sale.get("lines") or []
@@ -518,7 +501,7 @@ class EcommerceDrafter(Drafter):
             line, new = self.rng.choice(swappable)
             instrument = next(iter(self.record.get("funding_sources") or {}))
             asked, swap = self.exchange(sale_ref, line["unit_sku"], new, instrument)
-            drafts.append(self.draft("action_write", asked, [read, swap]))
+            drafts.append(self.write(asked, [read, swap]))
         sku = self.rng.choice(sale.get("lines") or [{}]).get("unit_sku")
         held = sum(line.get("unit_sku") == sku for line in sale.get("lines") or [])
         too_many = [sku] * (held + 1)

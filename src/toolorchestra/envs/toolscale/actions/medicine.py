@@ -513,11 +513,7 @@ class MedicineDrafter(Drafter):
             f"Please record that counseling was {'' if value == 'yes' else 'not '}offered for my "
             f"prescription {self.key}."
         )
-        return [
-            self.draft(
-                "action_write", request, [self.read, self.call("set_counseling_offered", counseling_offered=value)]
-            )
-        ]
+        return [self.write(request, [self.read, self.call("set_counseling_offered", counseling_offered=value)])]
 
     def payment_tasks(self) -> list[Draft]:
         if not self.methods:

@@ -504,7 +504,7 @@ class MovieDrafter(Drafter):
                 "amount": delta,
             }
             prompt += f" Pay any difference with my {method['source']} {method['payment_method_id']}."
-        return self.draft("action_write", prompt, [*reads, call])
+        return self.write(prompt, [*reads, call])
 
     def booking_task(self, shows: list[tuple[dict[str, Any], str, dict[str, Any]]]) -> list[Draft]:
         """A new booking for another show: free seats (a write) or, for some, a booked seat (a refusal)."""
@@ -546,7 +546,7 @@ class MovieDrafter(Drafter):
         )
         if refuse:
             return [self.refuse(request, reads, call, "show_id")]
-        return [self.draft("action_write", request, [*reads, preview, call])]
+        return [self.write(request, [*reads, preview, call])]
 
 
 def all_shows(database: Database) -> list[tuple[dict[str, Any], str, dict[str, Any]]]:

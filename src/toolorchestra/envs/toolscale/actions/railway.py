@@ -356,7 +356,7 @@ class RailwayDrafter(Drafter):
         call = self.call("cancel_reservation", key, reason=reason)
         request = f"Please cancel my reservation {key}; the reason: {REASON_WORDS[reason]}."
         if allowed:
-            return [self.draft("action_write", request, [*reads, call])]
+            return [self.write(request, [*reads, call])]
         return [self.refuse(request, reads, call, "reservation_id", also=("set_reservation_status",))]
 
     def bag_task(self, key: str, reservation: dict[str, Any]) -> list[Draft]:
@@ -374,7 +374,7 @@ class RailwayDrafter(Drafter):
         )
         reads = [action("get_reservation", reservation_id=key)]
         if not delta:
-            return [self.draft("action_write", request, [*reads, call])]
+            return [self.write(request, [*reads, call])]
         source = self.rng.choice(["card", "wallet"])
         method_id = self.method(source)
         if method_id is None:
@@ -414,8 +414,7 @@ class RailwayDrafter(Drafter):
 
         read = action("get_reservation", reservation_id=key)
         drafts = [
-            self.draft(
-                "action_write",
+            self.write(
                 f"Please correct the passengers of my reservation {key}; they should be: {who(people)}.",
                 [read, self.call("update_passengers", key, passengers=people)],
             )
@@ -442,7 +441,7 @@ class RailwayDrafter(Drafter):
         if card and self.rng.random() < 0.5:
             call["arguments"]["payment_method_id"] = card
             request += f", paid with my card {card}"
-        return [self.draft("action_write", request + ".", [self.profile, call])]
+        return [self.write(request + ".", [self.profile, call])]
 
     def foreign_reservation_task(self, key: str, other_id: str) -> list[Draft]:
         """Another user's reservation: not this user's to cancel, whatever the grounds."""

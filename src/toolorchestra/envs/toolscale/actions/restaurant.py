@@ -323,7 +323,7 @@ class TicketDrafter(Drafter):
                 f"Please add a tip of {fact_text(amount)} to my ticket {self.ref}, "
                 f"charged to my saved instrument {instrument}."
             )
-            drafts.append(self.draft("action_write", request, [*self.reads, tip]))
+            drafts.append(self.write(request, [*self.reads, tip]))
         return drafts
 
     def tasks(self) -> list[Draft]:
@@ -396,8 +396,7 @@ class TicketDrafter(Drafter):
         if current and self.allowed("dine_in") and self.rng.random() < SEAT_SHARE:
             more = {**current, "seat_count": current["seat_count"] + self.rng.choice(SEATS_ADDED)}
             drafts.append(
-                self.draft(
-                    "action_write",
+                self.write(
                     f"More friends are joining: for my ticket {self.ref}, please keep our table "
                     f"but make it {table_text(more)}.",
                     [*self.reads, action("modify_ticket_table", ticket_ref=self.ref, **more)],

@@ -437,7 +437,7 @@ class SchoolDrafter(Drafter):
     def cancel_tasks(self, others: list[str]) -> list[Draft]:
         which, reads = self.mine()
         call = action("cancel_registration", student_id=self.student_id, registration_id=self.registration_id)
-        drafts = [self.draft("action_write", f"Please cancel {which} and refund my payments.", [*reads, call])]
+        drafts = [self.write(f"Please cancel {which} and refund my payments.", [*reads, call])]
         if others and self.rng.random() < 0.3:  # someone else's registration: the tool refuses it
             other = self.rng.choice(others)
             call = action("cancel_registration", student_id=self.student_id, registration_id=other)
@@ -453,8 +453,7 @@ class SchoolDrafter(Drafter):
         if self.methods and line.get("tuition") and self.rng.random() < 0.3:  # a refund to a named method
             payment_id, text = self.method()
             return [
-                self.draft(
-                    "action_write",
+                self.write(
                     f"{request} Refund the tuition to my {text}.",
                     [
                         *self.with_student(reads),
@@ -462,15 +461,14 @@ class SchoolDrafter(Drafter):
                     ],
                 )
             ]
-        return [self.draft("action_write", request, [*reads, self.modify(drop_course_ids=[line["course_id"]])])]
+        return [self.write(request, [*reads, self.modify(drop_course_ids=[line["course_id"]])])]
 
     def grading_task(self) -> list[Draft]:
         line, (which, reads) = self.rng.choice(self.lines), self.mine()
         option = self.rng.choice([option for option in GRADING if option != line.get("grading_option")])
         call = self.modify(grading_changes=[{"course_id": line["course_id"], "grading_option": option}])
         return [
-            self.draft(
-                "action_write",
+            self.write(
                 f"Please change the grading option of {line['course_code']} "
                 f"({line['course_id']}) in {which} to {option}.",
                 [*reads, call],

@@ -293,7 +293,7 @@ class TravelDrafter(Drafter):
             old = float(package["departures"][here]["base_price"])
             delta = money((float(dates[date]["base_price"]) - old) * count)
             call = self.call("update_booking_departure_date", booking, new_departure_date=date)
-            drafts.append(self.draft("action_write", ask(date) + self.pay_with(delta, call), [read, call]))
+            drafts.append(self.write(ask(date) + self.pay_with(delta, call), [read, call]))
         if bad:
             date = self.rng.choice(bad)
             call = self.call("update_booking_departure_date", booking, new_departure_date=date)
@@ -310,7 +310,7 @@ class TravelDrafter(Drafter):
             f"{booking['booking_id']}, keeping the others; the full list is then: {listed}."
         )
         if self.methods:
-            return [self.draft("action_write", request + self.pay_with(price, call), [call])]
+            return [self.write(request + self.pay_with(price, call), [call])]
         unsaved = "PM-" + self.traveler_id  # no saved method: the user offers one that is not on file
         call["arguments"]["payment_method_id"] = unsaved
         return [self.refuse(request + f" Charge my card {unsaved}.", [], call, "booking_id")]
@@ -322,8 +322,7 @@ class TravelDrafter(Drafter):
         people[index]["last_name"] = old_name + "-" + self.rng.choice(["Berg", "Moreau", "Silva", "Tanaka"])
         who = "; ".join(f"{p['first_name']} {p['last_name']} (born {p['dob']})" for p in people)
         drafts = [
-            self.draft(
-                "action_write",
+            self.write(
                 f"My companion's last name changed. Please update the travelers of my "
                 f"booking {booking['booking_id']} to: {who}.",
                 [self.call("update_booking_travelers", booking, travelers=people)],
@@ -342,8 +341,7 @@ class TravelDrafter(Drafter):
         room = self.rng.choice([r for r in ("single", "double", "twin", "triple", "suite") if r != current])
         occupancy = len(booking["travelers"])
         return [
-            self.draft(
-                "action_write",
+            self.write(
                 f"Please change the rooming of my booking {booking['booking_id']} to a {room} room for {occupancy}.",
                 [self.call("update_booking_rooming", booking, room_type=room, occupancy=occupancy)],
             )
@@ -376,7 +374,7 @@ class TravelDrafter(Drafter):
         def ask(d: str, t: str) -> str:
             return f"Please schedule a meeting with agent {agent_id} on {d} at {t}."
 
-        drafts = [self.draft("action_write", ask(date, time_range), [read, call])]
+        drafts = [self.write(ask(date, time_range), [read, call])]
         late = f"{max(minutes(s)[1] for s in agent['availability'][date]['slots']) // 60:02d}:30"
         if self.rng.random() < 0.4 and late < "23:00":
             late_range = f"{late}-{int(late[:2]) + 1:02d}:30"
