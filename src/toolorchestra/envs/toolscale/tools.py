@@ -204,6 +204,11 @@ def list_tool(shape: CollectionShape) -> ToolSpec:
     )
 
 
+def one_argument(name: str, schema: dict[str, Any]) -> dict[str, Any]:
+    """The strict schema of a read that takes one required argument."""
+    return {"type": "object", "additionalProperties": False, "required": [name], "properties": {name: schema}}
+
+
 def find_by_tool(shape: CollectionShape, path: str) -> ToolSpec:
     field_name = path.replace(".", "_")
 
@@ -211,16 +216,10 @@ def find_by_tool(shape: CollectionShape, path: str) -> ToolSpec:
         keys = matching_keys(database, shape, {path: arguments["value"]})
         return {"count": len(keys), key_argument(shape) + "s": keys[:MAX_LIST]}
 
-    parameters = {
-        "type": "object",
-        "additionalProperties": False,
-        "required": ["value"],
-        "properties": {"value": {"type": shape.leaf_types[path], "description": f"the exact {path}"}},
-    }
     return ToolSpec(
         f"find_{shape.name}_by_{field_name}",
         f"Find {shape.name} ids whose {path} equals value.",
-        parameters,
+        one_argument("value", {"type": shape.leaf_types[path], "description": f"the exact {path}"}),
         handler,
         collection=shape.name,
     )
@@ -243,16 +242,10 @@ def find_id_by_email_tool(shape: CollectionShape) -> ToolSpec:
             return {key_argument(shape) + "s": keys[:MAX_LIST], "note": "several records share this email"}
         return {key_argument(shape): keys[0]}
 
-    parameters = {
-        "type": "object",
-        "additionalProperties": False,
-        "required": ["email"],
-        "properties": {"email": {"type": "string", "minLength": 3, "description": "the email on file"}},
-    }
     return ToolSpec(
         f"find_{shape.singular}_id_by_email",
         f"Find the {key_argument(shape)} of the {shape.singular} with this email (authentication).",
-        parameters,
+        one_argument("email", {"type": "string", "minLength": 3, "description": "the email on file"}),
         handler,
         collection=shape.name,
     )

@@ -180,16 +180,8 @@ def loan_payment(database: Database, arguments: dict[str, Any]) -> Any:
     loan = owned(database, "loans", loan_id, client_id, "loan_id")
     account = owned_account(database, client_id, source, "from_account_id")
     require_funds(account, amount)
-    method = arguments.get("method", "Internal")
-    key = post(
-        database,
-        client_id,
-        account,
-        amount,
-        "payment",
-        method,
-        arguments.get("description") or f"Loan payment {loan_id}",
-    )
+    method, description = arguments.get("method", "Internal"), arguments.get("description") or f"Loan payment {loan_id}"
+    key = post(database, client_id, account, amount, "payment", method, description)
     entry = {
         "transaction_id": key,
         "posted_at": NOW,

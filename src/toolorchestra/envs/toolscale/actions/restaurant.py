@@ -82,19 +82,17 @@ def require_saved(database: Database, record: dict[str, Any], instrument: str) -
         raise ToolFailure(f"instrument_ref {instrument!r} is not a saved instrument of the ticket's patron")
 
 
-def placed_ticket(database: Database, ref: str, doing: str) -> dict[str, Any]:
-    """The ticket, which must be 'placed': the policy's first check for every cancellation or modification."""
+def placed_ticket(database: Database, ref: str, doing: str, mode: str | None = None) -> dict[str, Any]:
+    """The ticket, which must be 'placed' (the policy's first check for every cancellation or modification) and
+    of the service `mode` where one is given."""
     record = ticket(database, ref)
     if record.get("state") != "placed":
         raise ToolFailure(f"ticket {ref!r} is {record.get('state')}; only placed tickets can {doing}")
-    return record
-
-
-def require_mode(record: dict[str, Any], mode: str, doing: str) -> None:
-    if record.get("service_mode") != mode:
+    if mode and record.get("service_mode") != mode:
         raise ToolFailure(
             f"ticket {record['ticket_ref']!r} is {record.get('service_mode')}; only {mode} tickets can {doing}"
         )
+    return record
 
 
 def payment_charges(record: dict[str, Any]) -> list[dict[str, Any]]:
@@ -165,8 +163,7 @@ def add_tip(database: Database, arguments: dict[str, Any]) -> Any:
 
 def modify_dropoff(database: Database, arguments: dict[str, Any]) -> Any:
     ref = arguments["ticket_ref"]
-    record = placed_ticket(database, ref, "change their dropoff address")
-    require_mode(record, "delivery", "change their dropoff address")
+    record = placed_ticket(database, ref, "change their dropoff address", "delivery")
     dropoff = address_of(arguments, ADDRESS_FIELDS, OPTIONAL_ADDRESS_FIELDS)
     database.update(TICKETS, ref, "dropoff", dropoff)
     return {"ticket_ref": ref, "old_dropoff": record.get("dropoff"), "dropoff": dropoff}
@@ -174,8 +171,7 @@ def modify_dropoff(database: Database, arguments: dict[str, Any]) -> Any:
 
 def modify_table(database: Database, arguments: dict[str, Any]) -> Any:
     ref = arguments["ticket_ref"]
-    record = placed_ticket(database, ref, "change their table information")
-    require_mode(record, "dine_in", "change their table information")
+    record = placed_ticket(database, ref, "change their table information", "dine_in")
     blank = [name for name in ("zone", "table_no") if not arguments[name].strip()]
     if blank:
         raise ToolFailure(f"invalid argument {blank[0]}: zone, table_no and seat_count are all required")
