@@ -330,6 +330,9 @@ def derive_tools(
     return specs
 
 
+TEXT = {"type": "string", "minLength": 1}  # the schema of a non-empty string argument (ids, names, ...)
+
+
 def object_schema(required: dict[str, Any], optional: dict[str, Any] | None = None) -> dict[str, Any]:
     """A strict JSON schema for an action's arguments."""
     return {
@@ -341,6 +344,7 @@ def object_schema(required: dict[str, Any], optional: dict[str, Any] | None = No
 
 
 __all__ = [
+    "TEXT",
     "DomainTool",
     "ToolFailure",
     "ToolSpec",

@@ -13,14 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 from toolorchestra.envs.toolscale.actions.shared import AMOUNT_SCHEMA, NOW, existing, money, new_key, positive_amount
 from toolorchestra.envs.toolscale.drafts import Draft, Drafter, action, fact_text
-from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema, write_spec, writes_on
+from toolorchestra.envs.toolscale.tools import TEXT, ToolFailure, ToolSpec, object_schema, write_spec, writes_on
 
 if TYPE_CHECKING:
     from toolorchestra.envs.toolscale.data import Database, Domain
     from toolorchestra.envs.toolscale.tasks import Generator
-
-ID = {"type": "string", "minLength": 1}
-TEXT = {"type": "string", "minLength": 1}
 
 
 # --- checks ----------------------------------------------------------------------------------------
@@ -274,13 +271,13 @@ ADDRESS = {
 
 def specs(domain: Domain) -> list[ToolSpec]:
     description = {"type": "string", "description": "optional; a default text is used when omitted"}
-    on_beneficiary = writes_on("beneficiaries", "beneficiary_id", {"client_id": ID})
+    on_beneficiary = writes_on("beneficiaries", "beneficiary_id", {"client_id": TEXT})
     return [
         on_beneficiary(
             "initiate_transfer_to_beneficiary",
             "Send money from the client's active account to an "
             "owned, active, verified beneficiary, within its per-transfer limit and the available balance.",
-            {"from_account_id": ID, "beneficiary_id": ID, "amount": AMOUNT_SCHEMA},
+            {"from_account_id": TEXT, "beneficiary_id": TEXT, "amount": AMOUNT_SCHEMA},
             transfer_to_beneficiary,
             {"method": {"enum": ["ACH", "Wire"]}, "description": description},
         ),
@@ -289,7 +286,7 @@ def specs(domain: Domain) -> list[ToolSpec]:
             "Move money between two active accounts of the same client "
             "(same currency; the source may not be a credit account).",
             object_schema(
-                {"client_id": ID, "from_account_id": ID, "to_account_id": ID, "amount": AMOUNT_SCHEMA},
+                {"client_id": TEXT, "from_account_id": TEXT, "to_account_id": TEXT, "amount": AMOUNT_SCHEMA},
                 {"description": description},
             ),
             internal_transfer,
@@ -300,7 +297,7 @@ def specs(domain: Domain) -> list[ToolSpec]:
             "make_loan_payment",
             "Pay the client's loan from one of the client's active accounts.",
             object_schema(
-                {"client_id": ID, "loan_id": ID, "from_account_id": ID, "amount": AMOUNT_SCHEMA},
+                {"client_id": TEXT, "loan_id": TEXT, "from_account_id": TEXT, "amount": AMOUNT_SCHEMA},
                 {"method": {"enum": ["Internal", "ACH", "Wire"]}, "description": description},
             ),
             loan_payment,
@@ -310,7 +307,7 @@ def specs(domain: Domain) -> list[ToolSpec]:
         on_beneficiary(
             "verify_beneficiary",
             "Mark the client's own beneficiary as verified.",
-            {"beneficiary_id": ID},
+            {"beneficiary_id": TEXT},
             verify_beneficiary,
             {"method": TEXT},
         ),
@@ -318,13 +315,13 @@ def specs(domain: Domain) -> list[ToolSpec]:
             "add_beneficiary",
             "Create a beneficiary for the client (verification pending).",
             {
-                "beneficiary_id": ID,
+                "beneficiary_id": TEXT,
                 "type": {"enum": ["individual", "business"]},
                 "display_name": TEXT,
                 "bank_name": TEXT,
                 "account_number_masked": TEXT,
                 "address": ADDRESS,
-                "allowed_from_account_ids": {"type": "array", "items": ID, "minItems": 1},
+                "allowed_from_account_ids": {"type": "array", "items": TEXT, "minItems": 1},
                 "per_transfer_limit": AMOUNT_SCHEMA,
                 "daily_limit": AMOUNT_SCHEMA,
             },

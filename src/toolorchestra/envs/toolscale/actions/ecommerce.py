@@ -47,14 +47,13 @@ from typing import TYPE_CHECKING, Any
 
 from toolorchestra.envs.toolscale.actions.shared import address_of, existing, money, pick_entries
 from toolorchestra.envs.toolscale.drafts import Draft, Drafter, action
-from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema, write_spec, writes_on
+from toolorchestra.envs.toolscale.tools import TEXT, ToolFailure, ToolSpec, object_schema, write_spec, writes_on
 
 if TYPE_CHECKING:
     from toolorchestra.envs.toolscale.data import Database, Domain
     from toolorchestra.envs.toolscale.tasks import Generator
 
 ACCOUNTS, SALES, CATALOGUE = "accounts", "sales", "catalogue"
-TEXT = {"type": "string", "minLength": 1}
 SKUS = {"type": "array", "minItems": 1, "items": TEXT, "description": "unit_skus; repeat one for each unit"}
 ADDRESS_FIELDS = ("line1", "line2", "municipality", "region", "nation", "postal_code")
 OPTIONAL_ADDRESS_FIELDS = ("line2",)  # an address may have no second line

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from toolorchestra.envs.toolscale.actions.shared import existing, money, new_key
 from toolorchestra.envs.toolscale.drafts import Draft, Drafter, action
-from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema, write_spec, writes_on
+from toolorchestra.envs.toolscale.tools import TEXT, ToolFailure, ToolSpec, object_schema, write_spec, writes_on
 
 if TYPE_CHECKING:
     from toolorchestra.envs.toolscale.data import Database, Domain
@@ -40,7 +40,6 @@ if TYPE_CHECKING:
 
 BOOKINGS, THEATERS = "bookings", "theaters"
 NOW = "24-05-15-15-00"  # the policy's clock (2024-05-15 15:00 EST) in the data's YY-MM-DD-HH-MM format
-TEXT = {"type": "string", "minLength": 1}
 TICKET_TYPES = ("adult", "child", "senior")
 HOLDING = ("confirmed", "pending")  # bookings whose seats are taken
 SEATS_SCHEMA = {

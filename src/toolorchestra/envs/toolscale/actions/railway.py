@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from toolorchestra.envs.toolscale.actions.shared import existing
 from toolorchestra.envs.toolscale.drafts import Draft, Drafter, action, fact_text
-from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema, write_spec, writes_on
+from toolorchestra.envs.toolscale.tools import TEXT, ToolFailure, ToolSpec, object_schema, write_spec, writes_on
 
 if TYPE_CHECKING:
     from toolorchestra.envs.toolscale.data import Database, Domain
@@ -50,7 +50,6 @@ CLOCK = datetime.datetime(2024, 5, 15, 15, 0, tzinfo=EST)  # the policy's "curre
 REASONS = ("change_of_plan", "health", "weather", "train_cancelled", "other")
 COVERED = ("health", "weather")  # the reasons travel insurance covers
 BAG_FEE, BIKE_FEE = 15, 10
-TEXT = {"type": "string", "minLength": 1}
 COUNT = {"type": "integer", "minimum": 0}
 DATE = {"type": "string", "pattern": r"^\d{4}-\d{2}-\d{2}$", "description": "YYYY-MM-DD"}
 PASSENGERS_SCHEMA = {

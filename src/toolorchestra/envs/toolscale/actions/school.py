@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from toolorchestra.envs.toolscale.actions.shared import AMOUNT_SCHEMA, existing, money, new_key, positive_amount
 from toolorchestra.envs.toolscale.drafts import Draft, Drafter, action, fact_text
-from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema, write_spec, writes_on
+from toolorchestra.envs.toolscale.tools import TEXT, ToolFailure, ToolSpec, object_schema, write_spec, writes_on
 
 if TYPE_CHECKING:
     from toolorchestra.envs.toolscale.data import Database, Domain
@@ -47,7 +47,6 @@ if TYPE_CHECKING:
 
 COURSES, STUDENTS, REGISTRATIONS = "courses", "students", "registrations"
 TODAY = "24-05-15"  # the policy's clock (2024-05-15) in the data's YY-MM-DD format
-TEXT = {"type": "string", "minLength": 1}
 LEVELS = ("undergraduate", "graduate", "continuing_ed")
 GRADING = ("letter", "pass/fail", "audit")
 RATE_PER_CREDIT = {"undergraduate": 500.0, "graduate": 600.0, "continuing_ed": 300.0}

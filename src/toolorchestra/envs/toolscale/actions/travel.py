@@ -31,14 +31,13 @@ from typing import TYPE_CHECKING, Any
 
 from toolorchestra.envs.toolscale.actions.shared import existing, money
 from toolorchestra.envs.toolscale.drafts import Draft, Drafter, action, fact_text
-from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema, write_spec, writes_on
+from toolorchestra.envs.toolscale.tools import TEXT, ToolFailure, ToolSpec, object_schema, write_spec, writes_on
 
 if TYPE_CHECKING:
     from toolorchestra.envs.toolscale.data import Database, Domain
     from toolorchestra.envs.toolscale.tasks import Generator
 
 TRAVELERS, PACKAGES, AGENTS = "travelers", "packages", "agents"
-TEXT = {"type": "string", "minLength": 1}
 DATE = {"type": "string", "pattern": r"^\d\d-\d\d-\d\d$", "description": "YY-MM-DD"}
 TIME_RANGE = {"type": "string", "pattern": r"^\d\d:\d\d-\d\d:\d\d$", "description": "HH:MM-HH:MM"}
 ADD_ONS_SCHEMA = {
