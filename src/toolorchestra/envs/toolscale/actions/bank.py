@@ -397,14 +397,9 @@ class BankDrafter(Drafter):
             call = self.transfer_call(account, beneficiary_id, amount, method)
             drafts = [self.refuse(ask(amount), reads[:1], call, "beneficiary_id")]
             if beneficiary.get("status") == "active" and beneficiary["verification"].get("status") == "pending":
+                verify = action("verify_beneficiary", client_id=self.client_id, beneficiary_id=beneficiary_id)
                 drafts.append(
-                    self.write(
-                        f"Please verify my beneficiary {name} ({beneficiary_id}).",
-                        [
-                            reads[0],
-                            action("verify_beneficiary", client_id=self.client_id, beneficiary_id=beneficiary_id),
-                        ],
-                    )
+                    self.write(f"Please verify my beneficiary {name} ({beneficiary_id}).", [reads[0], verify])
                 )
             return drafts
         drafts = []

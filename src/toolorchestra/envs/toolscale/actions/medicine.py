@@ -470,11 +470,8 @@ class MedicineDrafter(Drafter):
                 wrong = [{"payment_id": other, "amount": due}]
             else:
                 return drafts
-            drafts.append(
-                self.refuse(
-                    self.fill_request(items, insurance, pharmacist, wrong), reads, fill(wrong), "prescription_id"
-                )
-            )
+            request = self.fill_request(items, insurance, pharmacist, wrong)
+            drafts.append(self.refuse(request, reads, fill(wrong), "prescription_id"))
         return drafts
 
     # --- other writes

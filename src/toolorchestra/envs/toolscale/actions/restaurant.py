@@ -355,15 +355,8 @@ class TicketDrafter(Drafter):
         chosen = self.rng.choice(near or locations)
         new = {name: chosen[name] for name in ADDRESS_FIELDS}
         request = f"Please deliver my ticket {self.ref} to this address instead: {address_text(new)}."
-        return [
-            self.decide(
-                self.allowed("delivery"),
-                request,
-                self.reads,
-                action("modify_ticket_dropoff", ticket_ref=self.ref, **new),
-                "ticket_ref",
-            )
-        ]
+        call = action("modify_ticket_dropoff", ticket_ref=self.ref, **new)
+        return [self.decide(self.allowed("delivery"), request, self.reads, call, "ticket_ref")]
 
     def table_tasks(self) -> list[Draft]:
         """A move to another real table (a table of another ticket) and, for some dine-in tickets, more seats."""
@@ -380,15 +373,9 @@ class TicketDrafter(Drafter):
             return []
         zone, table_no, seats = self.rng.choice(tables)
         new = {"zone": zone, "table_no": table_no, "seat_count": seats}
-        drafts = [
-            self.decide(
-                self.allowed("dine_in"),
-                f"For my ticket {self.ref}, please move us to {table_text(new)}.",
-                self.reads,
-                action("modify_ticket_table", ticket_ref=self.ref, **new),
-                "ticket_ref",
-            )
-        ]
+        request = f"For my ticket {self.ref}, please move us to {table_text(new)}."
+        call = action("modify_ticket_table", ticket_ref=self.ref, **new)
+        drafts = [self.decide(self.allowed("dine_in"), request, self.reads, call, "ticket_ref")]
         if current and self.allowed("dine_in") and self.rng.random() < SEAT_SHARE:
             more = {**current, "seat_count": current["seat_count"] + self.rng.choice(SEATS_ADDED)}
             drafts.append(
@@ -419,11 +406,8 @@ class TicketDrafter(Drafter):
             new = self.rng.choice(others)
             request = f"Please pay my ticket {self.ref} with my other card instead, instrument {new}."
         reads = [*self.reads, action("get_guest", guest_ref=self.record["guest_ref"])]
-        return [
-            self.refuse(
-                request, reads, action("modify_ticket_payment", ticket_ref=self.ref, instrument_ref=new), "ticket_ref"
-            )
-        ]
+        call = action("modify_ticket_payment", ticket_ref=self.ref, instrument_ref=new)
+        return [self.refuse(request, reads, call, "ticket_ref")]
 
     def plate_tasks(self) -> list[Draft]:
         """A swap for another plate of the same dish where the menu has one (done when placed), and for some a

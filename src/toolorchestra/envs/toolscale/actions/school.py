@@ -451,15 +451,8 @@ class SchoolDrafter(Drafter):
         request = f"Please drop {line['course_code']} ({line['course_id']}) from {which}."
         if self.methods and line.get("tuition") and self.rng.random() < 0.3:  # a refund to a named method
             payment_id, text = self.method()
-            return [
-                self.write(
-                    f"{request} Refund the tuition to my {text}.",
-                    [
-                        *self.with_student(reads),
-                        self.modify(drop_course_ids=[line["course_id"]], payment_id=payment_id),
-                    ],
-                )
-            ]
+            call = self.modify(drop_course_ids=[line["course_id"]], payment_id=payment_id)
+            return [self.write(f"{request} Refund the tuition to my {text}.", [*self.with_student(reads), call])]
         return [self.write(request, [*reads, self.modify(drop_course_ids=[line["course_id"]])])]
 
     def grading_task(self) -> list[Draft]:
