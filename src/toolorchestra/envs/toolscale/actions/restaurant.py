@@ -459,14 +459,11 @@ class TicketDrafter(Drafter):
 def drafts(generator: Generator) -> list[Draft]:
     """Per ticket of a patron with a unique email: a cancellation and some tips, then (after all of those, so
     their random draws and numbering stay as they were) the ticket modifications."""
-    tickets, found = generator.domain.base[TICKETS], []
-    patrons = generator.by_email(PATRONS)
-    for guest, _, email in patrons:
-        for ref, record in tickets.items():
-            if record.get("guest_ref") == guest:
-                found += TicketDrafter(generator, guest, email, ref, record).ticket_tasks()
-    for guest, _, email in patrons:
-        for ref, record in tickets.items():
-            if record.get("guest_ref") == guest:
-                found += TicketDrafter(generator, guest, email, ref, record).tasks()
-    return found
+    drafters = [
+        TicketDrafter(generator, guest, email, ref, record)
+        for guest, _, email in generator.by_email(PATRONS)
+        for ref, record in generator.domain.base[TICKETS].items()
+        if record.get("guest_ref") == guest
+    ]
+    found = [draft for drafter in drafters for draft in drafter.ticket_tasks()]
+    return found + [draft for drafter in drafters for draft in drafter.tasks()]
