@@ -532,11 +532,8 @@ def authentications(generator: Generator) -> dict[str, tuple[dict[str, Any], str
         if email:
             found[key] = (action("find_account_id_by_email", email=email), f"Hi, my email is {email}.")
         elif names[identity(record)] == 1:
-            given, family, postal_code = (
-                record["person"]["given"],
-                record["person"]["family"],
-                record["location"]["postal_code"],
-            )
+            given, family = record["person"]["given"], record["person"]["family"]
+            postal_code = record["location"]["postal_code"]
             hello = f"Hi, I don't remember the email on my account; I'm {given} {family}, postal code {postal_code}."
             found[key] = (
                 action("find_account_key_by_name_zip", first_name=given, last_name=family, postal_code=postal_code),

@@ -533,10 +533,8 @@ class SchoolDrafter(Drafter):
         refused = draw >= 0.5
         if refused and self.rng.random() < 0.5:  # pay part now: an initial registration is paid in full
             part = money(round(total / 2, -2))
-            payments, pay_text = (
-                [{"payment_id": payment_id, "amount": part}],
-                (f"pay only {fact_text(part)} now with my {text} and the rest later"),
-            )
+            payments = [{"payment_id": payment_id, "amount": part}]
+            pay_text = f"pay only {fact_text(part)} now with my {text} and the rest later"
         elif refused:  # with a course that is full, conflicts or is of another term
             chosen = [
                 first,
