@@ -57,6 +57,10 @@ class Drafter:
             refused=[refused] if refused else [],
         )
 
+    def write(self, request: str, actions: list[dict[str, Any]]) -> Draft:
+        """An action_write: the gold (after the opening) is `actions`."""
+        return self.draft("action_write", request, actions)
+
     def refuse(
         self, request: str, reads: list[dict[str, Any]], call: dict[str, Any], argument: str, also: Sequence[str] = ()
     ) -> Draft:
@@ -71,7 +75,7 @@ class Drafter:
     ) -> Draft:
         """The write (gold: `reads`, then `call`) where the policy allows it, else its refusal (see `refuse`)."""
         if allowed:
-            return self.draft("action_write", request, [*reads, call])
+            return self.write(request, [*reads, call])
         return self.refuse(request, reads, call, argument)
 
 

@@ -12,7 +12,6 @@ The domain policy, with the environment's own rules, is in `task.meta["system_pr
 
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -78,13 +77,6 @@ class ToolScaleEnv(Env):
         if split not in SPLITS:
             raise UserError(f"--split {split!r}: valid splits are {', '.join(SPLITS)}")
         return [task for task in self.all_tasks() if task.split == split]
-
-    def counts(self, split: str) -> dict[str, Counter]:
-        """Task counts per domain and family, for `toolorchestra envs describe`."""
-        table: dict[str, Counter] = {name: Counter() for name in self.domains}
-        for task in self.tasks(split):
-            table[task.meta["domain"]][task.meta["family"]] += 1
-        return table
 
     def domain_tools(self, task: Task) -> list[DomainTool]:
         domain = self.domains[task.meta["domain"]]

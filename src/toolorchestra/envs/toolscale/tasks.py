@@ -74,6 +74,11 @@ def humanize(path: str) -> str:
     return path.replace(".", " ").replace("_", " ")
 
 
+def call_on(shape: CollectionShape, key: str, tool: str, **arguments: Any) -> dict[str, Any]:
+    """A call of a derived tool on record `key`: `tool` names it with {} for the record ("set_{}_status")."""
+    return action(tool.format(shape.singular), **{key_argument(shape): key, **arguments})
+
+
 class Generator:
     """Drafts tasks for one domain from its records with one seeded random stream."""
 
@@ -161,7 +166,7 @@ class Generator:
                 "lookup",
                 self.owner_of(shape, key, record),
                 f"What is the {humanize(path)} of {shape.singular} {key}? ({arg} {key})",
-                [action(f"get_{shape.singular}", **{arg: key})],
+                [call_on(shape, key, "get_{}")],
                 [fact_text(value)],
                 [path],
             )
@@ -171,67 +176,34 @@ class Generator:
     def single_writes(
         self, shape: CollectionShape, key: str, record: dict[str, Any], owner: str | None = None
     ) -> list[Draft]:
-        arg, drafts = key_argument(shape), []
-        owner = owner or self.owner_of(shape, key, record)
+        owner, requests = owner or self.owner_of(shape, key, record), []
         if shape.status_values:
             status = self.other_status(shape, record)
-            drafts.append(
-                Draft(
-                    "single_write",
-                    owner,
-                    f"Please set the status of {shape.singular} {key} to '{status}'.",
-                    [action(f"set_{shape.singular}_status", **{arg: key, "status": status})],
-                )
-            )
+            request = f"set the status of {shape.singular} {key} to '{status}'"
+            requests.append((request, call_on(shape, key, "set_{}_status", status=status)))
         if shape.email_path and (email := self.unique_email(shape, key)):
             new = self.new_email(email)
-            drafts.append(
-                Draft(
-                    "single_write",
-                    owner,
-                    f"Please change the email of {shape.singular} {key} from {email} to {new}.",
-                    [action(f"update_{shape.singular}_email", **{arg: key, "email": new})],
-                )
-            )
-        return drafts
+            request = f"change the email of {shape.singular} {key} from {email} to {new}"
+            requests.append((request, call_on(shape, key, "update_{}_email", email=new)))
+        return [Draft("single_write", owner, f"Please {request}.", [call]) for request, call in requests]
 
     def person_tasks(self, shape: CollectionShape, key: str, record: dict[str, Any]) -> list[Draft]:
         """multi_write, refusal and error_first for one email-carrying record (the user)."""
         email = self.unique_email(shape, key)
         if not email:
             return []
-        arg, owner, drafts = key_argument(shape), f"{shape.name}/{key}", []
+        arg, owner = key_argument(shape), f"{shape.name}/{key}"
         authenticate = action(f"find_{shape.singular}_id_by_email", email=email)
         new_email = self.new_email(email)
+        request = f"change my email to {new_email}"
+        writes = [call_on(shape, key, "update_{}_email", email=new_email)]
         owned = self.owned_status_records(owner)
-        if owned:
+        if owned:  # first a status change of one of the user's records
             other_shape, other_key, other_record = self.rng.choice(owned)
             status = self.other_status(other_shape, other_record)
-            drafts.append(
-                Draft(
-                    "multi_write",
-                    owner,
-                    f"Hi, my email is {email}. Please set the status of my "
-                    f"{other_shape.singular} {other_key} to '{status}', then change my email to {new_email}.",
-                    [
-                        authenticate,
-                        action(
-                            f"set_{other_shape.singular}_status",
-                            **{key_argument(other_shape): other_key, "status": status},
-                        ),
-                        action(f"update_{shape.singular}_email", **{arg: key, "email": new_email}),
-                    ],
-                )
-            )
-        else:
-            drafts.append(
-                Draft(
-                    "multi_write",
-                    owner,
-                    f"Hi, my email is {email}. Please change my email to {new_email}.",
-                    [authenticate, action(f"update_{shape.singular}_email", **{arg: key, "email": new_email})],
-                )
-            )
+            request = f"set the status of my {other_shape.singular} {other_key} to '{status}', then {request}"
+            writes.insert(0, call_on(other_shape, other_key, "set_{}_status", status=status))
+        drafts = [Draft("multi_write", owner, f"Hi, my email is {email}. Please {request}.", [authenticate, *writes])]
         drafts += self.refusals(shape, key, email, authenticate)
         fields = self.lookup_fields(shape, record)[:1]
         for path, value in fields:
@@ -242,11 +214,7 @@ class Generator:
                         "error_first",
                         owner,
                         f"I think my {arg} is {wrong}; my email is {email}. What is my {humanize(path)}?",
-                        [
-                            action(f"get_{shape.singular}", **{arg: wrong}),
-                            authenticate,
-                            action(f"get_{shape.singular}", **{arg: key}),
-                        ],
+                        [call_on(shape, wrong, "get_{}"), authenticate, call_on(shape, key, "get_{}")],
                         [fact_text(value)],
                         [path],
                         error_first=True,
@@ -255,31 +223,34 @@ class Generator:
         return drafts
 
     def refusals(self, shape: CollectionShape, key: str, email: str, authenticate: dict[str, Any]) -> list[Draft]:
+        """The user asks to set the status of another user's record or, where there is none to ask about, to
+        change another user's email."""
         owner = f"{shape.name}/{key}"
         candidates = [(s, k, r, of) for s, k, r, of in self.status_targets if of != owner]
         if candidates:
             target_shape, target_key, target_record, target_owner = self.rng.choice(candidates)
             if target_owner == f"{target_shape.name}/{target_key}":
                 candidates = []  # the target has no owner to protect; asking for it is no violation
-        if not candidates:
-            return self.email_refusals(shape, key, email, authenticate)
-        status = self.other_status(target_shape, target_record)
-        arg = key_argument(target_shape)
-        forbidden = [
-            {"name": spec.name, "argument": arg, "value": target_key}
-            for spec in self.specs.values()
-            if spec.writes and spec.collection == target_shape.name and spec.key_argument == arg
-        ]
-        return [
-            Draft(
-                "refusal",
-                owner,
-                f"Hi, my email is {email}. Please set the status of {target_shape.singular} "
-                f"{target_key} to '{status}'.",
-                [authenticate, self.ownership_check(shape, key, target_shape, target_key)],
-                forbidden=forbidden,
-            )
-        ]
+        if candidates:
+            status = self.other_status(target_shape, target_record)
+            arg = key_argument(target_shape)
+            request = f"set the status of {target_shape.singular} {target_key} to '{status}'"
+            read = self.ownership_check(shape, key, target_shape, target_key)
+            forbidden = [
+                {"name": spec.name, "argument": arg, "value": target_key}
+                for spec in self.specs.values()
+                if spec.writes and spec.collection == target_shape.name and spec.key_argument == arg
+            ]
+        else:
+            others = [other for other in self.domain.base[shape.name] if other != key]
+            if not others:
+                return []
+            target = self.rng.choice(others)
+            request = f"change the email of {shape.singular} {target} to {self.new_email(email)}"
+            read = call_on(shape, target, "get_{}")
+            forbidden = [{"name": f"update_{shape.singular}_email", "argument": key_argument(shape), "value": target}]
+        prompt = f"Hi, my email is {email}. Please {request}."
+        return [Draft("refusal", owner, prompt, [authenticate, read], forbidden=forbidden)]
 
     def ownership_check(
         self, user_shape: CollectionShape, user_key: str, target_shape: CollectionShape, target_key: str
@@ -287,26 +258,8 @@ class Generator:
         """The read that shows the target is not the user's: the user's own record when the target is
         nested in it (get_card shows no owner), else the target itself (it names its owner)."""
         if target_shape.parent:
-            return action(f"get_{user_shape.singular}", **{key_argument(user_shape): user_key})
-        return action(f"get_{target_shape.singular}", **{key_argument(target_shape): target_key})
-
-    def email_refusals(self, shape: CollectionShape, key: str, email: str, authenticate: dict[str, Any]) -> list[Draft]:
-        """Where no owned status exists: the user asks to change another user's email."""
-        others = [other for other in self.domain.base[shape.name] if other != key]
-        if not others:
-            return []
-        target = self.rng.choice(others)
-        name, arg = f"update_{shape.singular}_email", key_argument(shape)
-        return [
-            Draft(
-                "refusal",
-                f"{shape.name}/{key}",
-                f"Hi, my email is {email}. Please change the email of "
-                f"{shape.singular} {target} to {self.new_email(email)}.",
-                [authenticate, action(f"get_{shape.singular}", **{arg: target})],
-                forbidden=[{"name": name, "argument": arg, "value": target}],
-            )
-        ]
+            return call_on(user_shape, user_key, "get_{}")
+        return call_on(target_shape, target_key, "get_{}")
 
     def drafts(self) -> list[Draft]:
         drafts: list[Draft] = []

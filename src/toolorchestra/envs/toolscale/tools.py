@@ -73,6 +73,19 @@ def write_spec(
     )
 
 
+def writes_on(collection: str, key_argument: str, common: dict[str, Any]) -> Callable[..., ToolSpec]:
+    """A `write_spec` maker for a domain's actions on one collection: each action takes the `common` arguments
+    (the record's key argument among them) before its own required ones, then any optional ones."""
+
+    def write(
+        name: str, description: str, own: dict[str, Any], handler: Handler, optional: dict[str, Any] | None = None
+    ) -> ToolSpec:
+        parameters = object_schema({**common, **own}, optional)
+        return write_spec(name, description, parameters, handler, collection, key_argument)
+
+    return write
+
+
 class DomainTool(Tool):
     def __init__(self, spec: ToolSpec, database: Database) -> None:
         self.spec, self.database = spec, database
@@ -132,15 +145,8 @@ def locate(database: Database, shape: CollectionShape, arguments: dict[str, Any]
 
 
 def id_schema(shape: CollectionShape, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    properties = {
-        key_argument(shape): {
-            "type": "string",
-            "minLength": 1,
-            "description": f"the {shape.singular}'s {key_argument(shape)}",
-        }
-    }
-    properties.update(extra or {})
-    return {"type": "object", "properties": properties, "required": list(properties), "additionalProperties": False}
+    key = {"type": "string", "minLength": 1, "description": f"the {shape.singular}'s {key_argument(shape)}"}
+    return object_schema({key_argument(shape): key, **(extra or {})})
 
 
 def get_tool(shape: CollectionShape) -> ToolSpec:
@@ -198,6 +204,11 @@ def list_tool(shape: CollectionShape) -> ToolSpec:
     )
 
 
+def one_argument(name: str, schema: dict[str, Any]) -> dict[str, Any]:
+    """The strict schema of a read that takes one required argument."""
+    return {"type": "object", "additionalProperties": False, "required": [name], "properties": {name: schema}}
+
+
 def find_by_tool(shape: CollectionShape, path: str) -> ToolSpec:
     field_name = path.replace(".", "_")
 
@@ -205,16 +216,10 @@ def find_by_tool(shape: CollectionShape, path: str) -> ToolSpec:
         keys = matching_keys(database, shape, {path: arguments["value"]})
         return {"count": len(keys), key_argument(shape) + "s": keys[:MAX_LIST]}
 
-    parameters = {
-        "type": "object",
-        "additionalProperties": False,
-        "required": ["value"],
-        "properties": {"value": {"type": shape.leaf_types[path], "description": f"the exact {path}"}},
-    }
     return ToolSpec(
         f"find_{shape.name}_by_{field_name}",
         f"Find {shape.name} ids whose {path} equals value.",
-        parameters,
+        one_argument("value", {"type": shape.leaf_types[path], "description": f"the exact {path}"}),
         handler,
         collection=shape.name,
     )
@@ -237,16 +242,10 @@ def find_id_by_email_tool(shape: CollectionShape) -> ToolSpec:
             return {key_argument(shape) + "s": keys[:MAX_LIST], "note": "several records share this email"}
         return {key_argument(shape): keys[0]}
 
-    parameters = {
-        "type": "object",
-        "additionalProperties": False,
-        "required": ["email"],
-        "properties": {"email": {"type": "string", "minLength": 3, "description": "the email on file"}},
-    }
     return ToolSpec(
         f"find_{shape.singular}_id_by_email",
         f"Find the {key_argument(shape)} of the {shape.singular} with this email (authentication).",
-        parameters,
+        one_argument("email", {"type": "string", "minLength": 3, "description": "the email on file"}),
         handler,
         collection=shape.name,
     )
@@ -331,6 +330,9 @@ def derive_tools(
     return specs
 
 
+TEXT = {"type": "string", "minLength": 1}  # the schema of a non-empty string argument (ids, names, ...)
+
+
 def object_schema(required: dict[str, Any], optional: dict[str, Any] | None = None) -> dict[str, Any]:
     """A strict JSON schema for an action's arguments."""
     return {
@@ -342,6 +344,7 @@ def object_schema(required: dict[str, Any], optional: dict[str, Any] | None = No
 
 
 __all__ = [
+    "TEXT",
     "DomainTool",
     "ToolFailure",
     "ToolSpec",
@@ -350,4 +353,5 @@ __all__ = [
     "leaf_paths",
     "object_schema",
     "write_spec",
+    "writes_on",
 ]

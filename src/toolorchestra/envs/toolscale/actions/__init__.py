@@ -12,21 +12,11 @@ modules share live in `actions/shared.py` and the draft type in `drafts.py`, so 
 
 from __future__ import annotations
 
+from importlib import import_module
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from toolorchestra.envs.toolscale.actions import (
-    bank,
-    basketball,
-    ecommerce,
-    medicine,
-    movie,
-    railway,
-    restaurant,
-    school,
-    travel,
-    weather,
-)
+from toolorchestra.envs.toolscale.data import DOMAINS
 from toolorchestra.envs.toolscale.tools import ToolSpec, derive_tools
 
 if TYPE_CHECKING:
@@ -34,30 +24,19 @@ if TYPE_CHECKING:
     from toolorchestra.envs.toolscale.drafts import Draft
     from toolorchestra.envs.toolscale.tasks import Generator
 
-MODULES: dict[str, ModuleType] = {
-    module.__name__.rpartition(".")[2]: module
-    for module in (bank, basketball, ecommerce, medicine, movie, railway, restaurant, school, travel, weather)
-}
-
-
-def actions_module(domain_name: str) -> ModuleType | None:
-    """`actions/<domain_name>.py` if the domain has one."""
-    return MODULES.get(domain_name)
-
-
-def action_specs(domain: Domain) -> list[ToolSpec]:
-    module = actions_module(domain.name)
-    return list(module.specs(domain)) if module else []
+# every domain of data.DOMAINS has its module actions/<domain>.py
+MODULES: dict[str, ModuleType] = {name: import_module(f"{__name__}.{name}") for name in DOMAINS}
 
 
 def action_drafts(generator: Generator) -> list[Draft]:
-    module = actions_module(generator.domain.name)
+    module = MODULES.get(generator.domain.name)
     return list(module.drafts(generator)) if module else []
 
 
 def domain_specs(domain: Domain) -> list[ToolSpec]:
     """The derived tools, then the domain's policy actions (envs/toolscale/actions/<domain>.py, if any)."""
-    return derive_tools(domain.shapes, domain.nested) + action_specs(domain)
+    module = MODULES.get(domain.name)
+    return derive_tools(domain.shapes, domain.nested) + (list(module.specs(domain)) if module else [])
 
 
-__all__ = ["MODULES", "action_drafts", "action_specs", "actions_module", "domain_specs"]
+__all__ = ["MODULES", "action_drafts", "domain_specs"]

@@ -13,14 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 from toolorchestra.envs.toolscale.actions.shared import AMOUNT_SCHEMA, NOW, existing, money, new_key, positive_amount
 from toolorchestra.envs.toolscale.drafts import Draft, Drafter, action, fact_text
-from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema, write_spec
+from toolorchestra.envs.toolscale.tools import TEXT, ToolFailure, ToolSpec, object_schema, write_spec, writes_on
 
 if TYPE_CHECKING:
     from toolorchestra.envs.toolscale.data import Database, Domain
     from toolorchestra.envs.toolscale.tasks import Generator
-
-ID = {"type": "string", "minLength": 1}
-TEXT = {"type": "string", "minLength": 1}
 
 
 # --- checks ----------------------------------------------------------------------------------------
@@ -180,16 +177,8 @@ def loan_payment(database: Database, arguments: dict[str, Any]) -> Any:
     loan = owned(database, "loans", loan_id, client_id, "loan_id")
     account = owned_account(database, client_id, source, "from_account_id")
     require_funds(account, amount)
-    method = arguments.get("method", "Internal")
-    key = post(
-        database,
-        client_id,
-        account,
-        amount,
-        "payment",
-        method,
-        arguments.get("description") or f"Loan payment {loan_id}",
-    )
+    method, description = arguments.get("method", "Internal"), arguments.get("description") or f"Loan payment {loan_id}"
+    key = post(database, client_id, account, amount, "payment", method, description)
     entry = {
         "transaction_id": key,
         "posted_at": NOW,
@@ -282,25 +271,22 @@ ADDRESS = {
 
 def specs(domain: Domain) -> list[ToolSpec]:
     description = {"type": "string", "description": "optional; a default text is used when omitted"}
+    on_beneficiary = writes_on("beneficiaries", "beneficiary_id", {"client_id": TEXT})
     return [
-        write_spec(
+        on_beneficiary(
             "initiate_transfer_to_beneficiary",
             "Send money from the client's active account to an "
             "owned, active, verified beneficiary, within its per-transfer limit and the available balance.",
-            object_schema(
-                {"client_id": ID, "from_account_id": ID, "beneficiary_id": ID, "amount": AMOUNT_SCHEMA},
-                {"method": {"enum": ["ACH", "Wire"]}, "description": description},
-            ),
+            {"from_account_id": TEXT, "beneficiary_id": TEXT, "amount": AMOUNT_SCHEMA},
             transfer_to_beneficiary,
-            "beneficiaries",
-            "beneficiary_id",
+            {"method": {"enum": ["ACH", "Wire"]}, "description": description},
         ),
         write_spec(
             "initiate_internal_transfer",
             "Move money between two active accounts of the same client "
             "(same currency; the source may not be a credit account).",
             object_schema(
-                {"client_id": ID, "from_account_id": ID, "to_account_id": ID, "amount": AMOUNT_SCHEMA},
+                {"client_id": TEXT, "from_account_id": TEXT, "to_account_id": TEXT, "amount": AMOUNT_SCHEMA},
                 {"description": description},
             ),
             internal_transfer,
@@ -311,50 +297,44 @@ def specs(domain: Domain) -> list[ToolSpec]:
             "make_loan_payment",
             "Pay the client's loan from one of the client's active accounts.",
             object_schema(
-                {"client_id": ID, "loan_id": ID, "from_account_id": ID, "amount": AMOUNT_SCHEMA},
+                {"client_id": TEXT, "loan_id": TEXT, "from_account_id": TEXT, "amount": AMOUNT_SCHEMA},
                 {"method": {"enum": ["Internal", "ACH", "Wire"]}, "description": description},
             ),
             loan_payment,
             "loans",
             "loan_id",
         ),
-        write_spec(
+        on_beneficiary(
             "verify_beneficiary",
             "Mark the client's own beneficiary as verified.",
-            object_schema({"client_id": ID, "beneficiary_id": ID}, {"method": TEXT}),
+            {"beneficiary_id": TEXT},
             verify_beneficiary,
-            "beneficiaries",
-            "beneficiary_id",
+            {"method": TEXT},
         ),
-        write_spec(
+        on_beneficiary(
             "add_beneficiary",
             "Create a beneficiary for the client (verification pending).",
-            object_schema(
-                {
-                    "client_id": ID,
-                    "beneficiary_id": ID,
-                    "type": {"enum": ["individual", "business"]},
-                    "display_name": TEXT,
-                    "bank_name": TEXT,
-                    "account_number_masked": TEXT,
-                    "address": ADDRESS,
-                    "allowed_from_account_ids": {"type": "array", "items": ID, "minItems": 1},
-                    "per_transfer_limit": AMOUNT_SCHEMA,
-                    "daily_limit": AMOUNT_SCHEMA,
-                },
-                {
-                    "first_name": TEXT,
-                    "last_name": TEXT,
-                    "business_name": TEXT,
-                    "routing_number": TEXT,
-                    "iban": TEXT,
-                    "swift_bic": TEXT,
-                    "verification_method": TEXT,
-                },
-            ),
+            {
+                "beneficiary_id": TEXT,
+                "type": {"enum": ["individual", "business"]},
+                "display_name": TEXT,
+                "bank_name": TEXT,
+                "account_number_masked": TEXT,
+                "address": ADDRESS,
+                "allowed_from_account_ids": {"type": "array", "items": TEXT, "minItems": 1},
+                "per_transfer_limit": AMOUNT_SCHEMA,
+                "daily_limit": AMOUNT_SCHEMA,
+            },
             add_beneficiary,
-            "beneficiaries",
-            "beneficiary_id",
+            {
+                "first_name": TEXT,
+                "last_name": TEXT,
+                "business_name": TEXT,
+                "routing_number": TEXT,
+                "iban": TEXT,
+                "swift_bic": TEXT,
+                "verification_method": TEXT,
+            },
         ),
     ]
 
@@ -417,24 +397,16 @@ class BankDrafter(Drafter):
             call = self.transfer_call(account, beneficiary_id, amount, method)
             drafts = [self.refuse(ask(amount), reads[:1], call, "beneficiary_id")]
             if beneficiary.get("status") == "active" and beneficiary["verification"].get("status") == "pending":
+                verify = action("verify_beneficiary", client_id=self.client_id, beneficiary_id=beneficiary_id)
                 drafts.append(
-                    self.draft(
-                        "action_write",
-                        f"Please verify my beneficiary {name} ({beneficiary_id}).",
-                        [
-                            reads[0],
-                            action("verify_beneficiary", client_id=self.client_id, beneficiary_id=beneficiary_id),
-                        ],
-                    )
+                    self.write(f"Please verify my beneficiary {name} ({beneficiary_id}).", [reads[0], verify])
                 )
             return drafts
         drafts = []
         if cap >= 1:
             amount = round_amount(cap, self.rng.choice([0.1, 0.25, 0.5]))
             drafts.append(
-                self.draft(
-                    "action_write", ask(amount), [*reads, self.transfer_call(account, beneficiary_id, amount, method)]
-                )
+                self.write(ask(amount), [*reads, self.transfer_call(account, beneficiary_id, amount, method)])
             )
         over = round_amount(cap * 1.5, 1.0) + 100  # above the limit or the available balance
         call = self.transfer_call(account, beneficiary_id, over, method)
@@ -487,7 +459,7 @@ class BankDrafter(Drafter):
             if source.get("type") == "credit" or amount > float(source["balance"]["available"]):
                 drafts.append(self.draft("action_refusal", request, reads, call))
             else:
-                drafts.append(self.draft("action_write", request, [*reads, call]))
+                drafts.append(self.write(request, [*reads, call]))
         return drafts
 
     def add_beneficiary_task(self, template: dict[str, Any]) -> list[Draft]:
@@ -525,7 +497,7 @@ class BankDrafter(Drafter):
             f"{sources[0]['account_id']}; per-transfer limit {fact_text(limit)}, "
             f"daily limit {fact_text(arguments['daily_limit'])}. No other details."
         )
-        return [self.draft("action_write", request, [action("add_beneficiary", **arguments)])]
+        return [self.write(request, [action("add_beneficiary", **arguments)])]
 
 
 def drafts(generator: Generator) -> list[Draft]:

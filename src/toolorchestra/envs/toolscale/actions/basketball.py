@@ -21,14 +21,13 @@ from typing import TYPE_CHECKING, Any
 
 from toolorchestra.envs.toolscale.actions.shared import existing
 from toolorchestra.envs.toolscale.drafts import Draft, Drafter, action
-from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema, write_spec
+from toolorchestra.envs.toolscale.tools import TEXT, ToolFailure, ToolSpec, object_schema, write_spec
 
 if TYPE_CHECKING:
     from toolorchestra.envs.toolscale.data import Database, Domain
     from toolorchestra.envs.toolscale.tasks import Generator
 
 GAMES, PLAYERS = "games", "players"
-TEXT = {"type": "string", "minLength": 1}
 TRANSITIONS = {
     "scheduled": ("in_progress", "postponed"),
     "postponed": ("scheduled",),
@@ -184,8 +183,7 @@ class BasketballDrafter:
         where = ", ".join(new[name] for name in ("street", "city", "state", "zip", "country"))
         call = action("modify_player_address", player_id=player_id, **{name: new[name] for name in ADDRESS_FIELDS})
         return [
-            self.player(player_id).draft(
-                "action_write",
+            self.player(player_id).write(
                 f"I moved; please change my address to {where} "
                 f"(street {new['street']}, city {new['city']}, state {new['state']}, zip {new['zip']}, "
                 f"country {new['country']}).",
@@ -209,7 +207,7 @@ class BasketballDrafter:
         drafts = []
         if allowed:
             status = self.rng.choice(allowed)
-            drafts.append(self.requester(game_id).draft("action_write", ask(status), [read, call(status)]))
+            drafts.append(self.requester(game_id).write(ask(status), [read, call(status)]))
         wrong = self.rng.choice([s for s in STATUSES if s != current and s not in allowed])
         refusal = self.requester(game_id).refuse(ask(wrong), [read], call(wrong), "game_id", also=("set_game_status",))
         drafts.append(refusal)
@@ -257,7 +255,7 @@ class BasketballDrafter:
             for _ in range(2):
                 kind = self.rng.choice(list(POINTS))
                 call = self.scoring_call(game_id, kind, POINTS[kind], *(self.scorer(record) or found))
-                drafts.append(self.requester(game_id).draft("action_write", self.scoring_request(call), [read, call]))
+                drafts.append(self.requester(game_id).write(self.scoring_request(call), [read, call]))
             mismatch = self.scoring_call(game_id, "3PT", 2, club_id, player_id)
             drafts.append(self.requester(game_id).refuse(self.scoring_request(mismatch), [read], mismatch, "game_id"))
             playing = {c.get("club_id") for c in record["clubs"].values()}

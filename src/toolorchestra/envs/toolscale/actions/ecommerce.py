@@ -47,14 +47,13 @@ from typing import TYPE_CHECKING, Any
 
 from toolorchestra.envs.toolscale.actions.shared import address_of, existing, money, pick_entries
 from toolorchestra.envs.toolscale.drafts import Draft, Drafter, action
-from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema, write_spec
+from toolorchestra.envs.toolscale.tools import TEXT, ToolFailure, ToolSpec, object_schema, write_spec, writes_on
 
 if TYPE_CHECKING:
     from toolorchestra.envs.toolscale.data import Database, Domain
     from toolorchestra.envs.toolscale.tasks import Generator
 
 ACCOUNTS, SALES, CATALOGUE = "accounts", "sales", "catalogue"
-TEXT = {"type": "string", "minLength": 1}
 SKUS = {"type": "array", "minItems": 1, "items": TEXT, "description": "unit_skus; repeat one for each unit"}
 ADDRESS_FIELDS = ("line1", "line2", "municipality", "region", "nation", "postal_code")
 OPTIONAL_ADDRESS_FIELDS = ("line2",)  # an address may have no second line
@@ -285,18 +284,7 @@ def exchange_items(database: Database, arguments: dict[str, Any]) -> Any:
 
 def specs(domain: Domain) -> list[ToolSpec]:
     address = {name: ({"type": "string"} if name in OPTIONAL_ADDRESS_FIELDS else TEXT) for name in ADDRESS_FIELDS}
-    owner, sale = {"account_key": TEXT}, {"account_key": TEXT, "sale_ref": TEXT}
-
-    def write(
-        name: str,
-        description: str,
-        parameters: dict[str, Any],
-        handler: Any,
-        collection: str = SALES,
-        key: str = "sale_ref",
-    ) -> ToolSpec:
-        return write_spec(name, description, object_schema(parameters), handler, collection, key)
-
+    write = writes_on(SALES, "sale_ref", {"account_key": TEXT, "sale_ref": TEXT})
     return [
         ToolSpec(
             "find_account_key_by_name_zip",
@@ -306,10 +294,10 @@ def specs(domain: Domain) -> list[ToolSpec]:
             find_by_name_zip,
             collection=ACCOUNTS,
         ),
-        write(
+        write_spec(
             "modify_account_address",
             "Replace the account's default address (line2 may be empty).",
-            {**owner, **address},
+            object_schema({"account_key": TEXT, **address}),
             modify_account_address,
             ACCOUNTS,
             "account_key",
@@ -317,28 +305,21 @@ def specs(domain: Domain) -> list[ToolSpec]:
         write(
             "modify_pending_sale_address",
             "Replace the delivery address of the account's pending sale.",
-            {**sale, **address},
+            address,
             modify_sale_address,
         ),
         write(
             "modify_pending_sale_payment",
             "Pay the account's pending sale (exactly one payment entry) with "
             "another funding source of the account; the original instrument is refunded.",
-            {**sale, "instrument_id": TEXT},
+            {"instrument_id": TEXT},
             modify_sale_payment,
         ),
         write(
             "cancel_pending_sale",
             "Cancel the account's pending sale; reason 'no longer needed' or 'ordered by "
             "mistake'; every payment is refunded to its instrument.",
-            {
-                **sale,
-                "reason": {
-                    "type": "string",
-                    "minLength": 1,
-                    "description": "'no longer needed' or 'ordered by mistake'",
-                },
-            },
+            {"reason": {"type": "string", "minLength": 1, "description": "'no longer needed' or 'ordered by mistake'"}},
             cancel_sale,
         ),
         write(
@@ -346,7 +327,7 @@ def specs(domain: Domain) -> list[ToolSpec]:
             "Request a return of items of the account's delivered sale (list "
             "every unit, duplicates for quantities), refunded to the original payment instrument or a gift card "
             "of the account. Only once per sale.",
-            {**sale, "unit_skus": SKUS, "instrument_id": TEXT},
+            {"unit_skus": SKUS, "instrument_id": TEXT},
             return_items,
         ),
         write(
@@ -354,7 +335,7 @@ def specs(domain: Domain) -> list[ToolSpec]:
             "Request an exchange of items of the account's delivered sale for "
             "in-stock offerings of the same catalogue group (unit_skus_new aligned with unit_skus_old); "
             "instrument_id: a funding source of the account for the price difference. Only once per sale.",
-            {**sale, "unit_skus_old": SKUS, "unit_skus_new": SKUS, "instrument_id": TEXT},
+            {"unit_skus_old": SKUS, "unit_skus_new": SKUS, "instrument_id": TEXT},
             exchange_items,
         ),
     ]
@@ -362,15 +343,8 @@ def specs(domain: Domain) -> list[ToolSpec]:
 
 # --- tasks -----------------------------------------------------------------------------------------
 def address_text(address: dict[str, str]) -> str:
-    parts = [
-        address["line1"],
-        address["line2"],
-        address["municipality"],
-        address["region"],
-        address["postal_code"],
-        address["nation"],
-    ]
-    return ", ".join(part for part in parts if part)
+    parts = ("line1", "line2", "municipality", "region", "postal_code", "nation")
+    return ", ".join(address[part] for part in parts if address[part])
 
 
 class EcommerceDrafter(Drafter):
@@ -394,17 +368,9 @@ class EcommerceDrafter(Drafter):
         return f"my {origin.replace('_', ' ')} {instrument_id}" if origin else instrument_id
 
     def new_address(self, current: dict[str, Any]) -> dict[str, str]:
-        line1, municipality, region, nation, postal_code = self.rng.choice(
-            [a for a in ADDRESSES if a[0] != current.get("line1")]
-        )
-        return {
-            "line1": line1,
-            "line2": self.rng.choice(APARTMENTS),
-            "municipality": municipality,
-            "region": region,
-            "nation": nation,
-            "postal_code": postal_code,
-        }
+        line1, *rest = self.rng.choice([a for a in ADDRESSES if a[0] != current.get("line1")])
+        rest_fields = dict(zip(ADDRESS_FIELDS[2:], rest, strict=True))  # ADDRESSES: all fields but line2, in order
+        return {"line1": line1, "line2": self.rng.choice(APARTMENTS), **rest_fields}
 
     # default address ---------------------------------------------------------------------------
     def address_tasks(self) -> list[Draft]:
@@ -412,8 +378,7 @@ class EcommerceDrafter(Drafter):
         current = dict(self.record.get("location") or {})
         new = self.new_address(current)
         drafts = [
-            self.draft(
-                "action_write",
+            self.write(
                 f"I have moved. Please change my default address to {address_text(new)}"
                 + ("" if new["line2"] else " (no second address line)")
                 + ".",
@@ -424,8 +389,7 @@ class EcommerceDrafter(Drafter):
             line2 = self.rng.choice([a for a in APARTMENTS if a and a != current.get("line2")])
             fixed = {**{name: current[name] for name in ADDRESS_FIELDS}, "line2": line2}
             drafts.append(
-                self.draft(
-                    "action_write",
+                self.write(
                     f"The second line of my default address is wrong: it should be "
                     f"'{line2}'; the rest stays ({address_text(fixed)}).",
                     [action("modify_account_address", account_key=self.key, **fixed)],
@@ -525,7 +489,7 @@ class EcommerceDrafter(Drafter):
         return of more units than bought, an exchange for another group's item and a cancellation (refusals)."""
         read = action("get_sale", sale_ref=sale_ref)
         request, call = self.return_request(sale_ref, sale)
-        drafts = [self.draft("action_write", request, [read, call])]
+        drafts = [self.write(request, [read, call])]
         swappable = [
             (line, sku)
             for line in sale.get("lines") or []
@@ -536,7 +500,7 @@ class EcommerceDrafter(Drafter):
             line, new = self.rng.choice(swappable)
             instrument = next(iter(self.record.get("funding_sources") or {}))
             asked, swap = self.exchange(sale_ref, line["unit_sku"], new, instrument)
-            drafts.append(self.draft("action_write", asked, [read, swap]))
+            drafts.append(self.write(asked, [read, swap]))
         sku = self.rng.choice(sale.get("lines") or [{}]).get("unit_sku")
         held = sum(line.get("unit_sku") == sku for line in sale.get("lines") or [])
         too_many = [sku] * (held + 1)
@@ -568,11 +532,8 @@ def authentications(generator: Generator) -> dict[str, tuple[dict[str, Any], str
         if email:
             found[key] = (action("find_account_id_by_email", email=email), f"Hi, my email is {email}.")
         elif names[identity(record)] == 1:
-            given, family, postal_code = (
-                record["person"]["given"],
-                record["person"]["family"],
-                record["location"]["postal_code"],
-            )
+            given, family = record["person"]["given"], record["person"]["family"]
+            postal_code = record["location"]["postal_code"]
             hello = f"Hi, I don't remember the email on my account; I'm {given} {family}, postal code {postal_code}."
             found[key] = (
                 action("find_account_key_by_name_zip", first_name=given, last_name=family, postal_code=postal_code),

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from toolorchestra.envs.toolscale.actions.shared import AMOUNT_SCHEMA, existing, money, positive_amount
 from toolorchestra.envs.toolscale.drafts import Draft, Drafter, action, fact_text
-from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema, write_spec
+from toolorchestra.envs.toolscale.tools import TEXT, ToolFailure, ToolSpec, object_schema, writes_on
 
 if TYPE_CHECKING:
     from toolorchestra.envs.toolscale.data import Database, Domain
@@ -52,29 +52,28 @@ NOW_EST, TODAY = "24-05-15-15-00", "24-05-15"  # the policy's clock in the data'
 CLOSED = ("canceled", "transferred", "expired")
 FILLABLE = ("active", "filled")
 SETTABLE = ("active", "on-hold", "filled")
-ID = {"type": "string", "minLength": 1}
 DATE = {"type": "string", "pattern": r"^\d\d-\d\d-\d\d$", "description": "YY-MM-DD"}
 PRICE = {"type": "number", "minimum": 0}
-OWNED = {"patient_id": ID, "prescription_id": ID}
+OWNED = {"patient_id": TEXT, "prescription_id": TEXT}
 ITEMS_SCHEMA = {
     "type": "array",
     "minItems": 1,
     "items": object_schema(
         {
-            "medication_id": ID,
+            "medication_id": TEXT,
             "quantity_dispensed": {"type": "integer", "minimum": 1},
-            "lot_number": ID,
+            "lot_number": TEXT,
             "expiration_date": DATE,
             "price": PRICE,
         }
     ),
 }
 INSURANCE_SCHEMA = object_schema(
-    {"billed_amount": PRICE, "insurance_paid": PRICE, "patient_copay": PRICE}, {"prior_authorization_id": ID}
+    {"billed_amount": PRICE, "insurance_paid": PRICE, "patient_copay": PRICE}, {"prior_authorization_id": TEXT}
 )
-PAYMENTS_SCHEMA = {"type": "array", "items": object_schema({"payment_id": ID, "amount": AMOUNT_SCHEMA})}
-ADDRESS_SCHEMA = object_schema({name: ID for name in ("street", "city", "state", "zip")})
-PHARMACY_SCHEMA = object_schema({"pharmacy_id": ID, "name": ID, "address": ADDRESS_SCHEMA})
+PAYMENTS_SCHEMA = {"type": "array", "items": object_schema({"payment_id": TEXT, "amount": AMOUNT_SCHEMA})}
+ADDRESS_SCHEMA = object_schema({name: TEXT for name in ("street", "city", "state", "zip")})
+PHARMACY_SCHEMA = object_schema({"pharmacy_id": TEXT, "name": TEXT, "address": ADDRESS_SCHEMA})
 
 
 # --- checks ----------------------------------------------------------------------------------------
@@ -297,11 +296,7 @@ def cancel_prescription(database: Database, arguments: dict[str, Any]) -> Any:
 
 
 def specs(domain: Domain) -> list[ToolSpec]:
-    def write(name: str, description: str, extra: dict[str, Any], handler: Any) -> ToolSpec:
-        return write_spec(
-            name, description, object_schema({**OWNED, **extra}), handler, PRESCRIPTIONS, "prescription_id"
-        )
-
+    write = writes_on(PRESCRIPTIONS, "prescription_id", OWNED)
     # status and counseling_offered are plain strings: a value outside the policy's fails with the rule's message
     return [
         write(
@@ -309,14 +304,14 @@ def specs(domain: Domain) -> list[ToolSpec]:
             "Dispense the patient's active or filled prescription: items from lots of the "
             "ordered medications, insurance amounts, and payments from saved methods summing to patient_copay + "
             "max(0, item prices - billed_amount). Records a new fill and sets the status filled.",
-            {"pharmacist_id": ID, "items": ITEMS_SCHEMA, "insurance": INSURANCE_SCHEMA, "payments": PAYMENTS_SCHEMA},
+            {"pharmacist_id": TEXT, "items": ITEMS_SCHEMA, "insurance": INSURANCE_SCHEMA, "payments": PAYMENTS_SCHEMA},
             fill_prescription,
         ),
         write(
             "update_prescription_status",
             "Set the status of the patient's prescription to active, on-hold or "
             "filled (cancel and transfer have their own actions).",
-            {"status": ID},
+            {"status": TEXT},
             update_prescription_status,
         ),
         write(
@@ -328,14 +323,14 @@ def specs(domain: Domain) -> list[ToolSpec]:
         write(
             "set_counseling_offered",
             "Record whether counseling was offered (yes or no) for the patient's prescription.",
-            {"counseling_offered": ID},
+            {"counseling_offered": TEXT},
             set_counseling_offered,
         ),
         write(
             "add_prescription_payment",
             "Append a payment from a payment method saved in the patient's profile "
             "to the prescription's payment history.",
-            {"payment_id": ID, "amount": AMOUNT_SCHEMA},
+            {"payment_id": TEXT, "amount": AMOUNT_SCHEMA},
             add_prescription_payment,
         ),
         write(
@@ -475,11 +470,8 @@ class MedicineDrafter(Drafter):
                 wrong = [{"payment_id": other, "amount": due}]
             else:
                 return drafts
-            drafts.append(
-                self.refuse(
-                    self.fill_request(items, insurance, pharmacist, wrong), reads, fill(wrong), "prescription_id"
-                )
-            )
+            request = self.fill_request(items, insurance, pharmacist, wrong)
+            drafts.append(self.refuse(request, reads, fill(wrong), "prescription_id"))
         return drafts
 
     # --- other writes
@@ -517,11 +509,7 @@ class MedicineDrafter(Drafter):
             f"Please record that counseling was {'' if value == 'yes' else 'not '}offered for my "
             f"prescription {self.key}."
         )
-        return [
-            self.draft(
-                "action_write", request, [self.read, self.call("set_counseling_offered", counseling_offered=value)]
-            )
-        ]
+        return [self.write(request, [self.read, self.call("set_counseling_offered", counseling_offered=value)])]
 
     def payment_tasks(self) -> list[Draft]:
         if not self.methods:

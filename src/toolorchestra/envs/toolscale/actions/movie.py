@@ -27,11 +27,12 @@ policy), list_shows and the confirmation step; delivery tickets are not reissued
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from toolorchestra.envs.toolscale.actions.shared import existing, money, new_key
 from toolorchestra.envs.toolscale.drafts import Draft, Drafter, action
-from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema, write_spec
+from toolorchestra.envs.toolscale.tools import TEXT, ToolFailure, ToolSpec, object_schema, write_spec, writes_on
 
 if TYPE_CHECKING:
     from toolorchestra.envs.toolscale.data import Database, Domain
@@ -39,7 +40,6 @@ if TYPE_CHECKING:
 
 BOOKINGS, THEATERS = "bookings", "theaters"
 NOW = "24-05-15-15-00"  # the policy's clock (2024-05-15 15:00 EST) in the data's YY-MM-DD-HH-MM format
-TEXT = {"type": "string", "minLength": 1}
 TICKET_TYPES = ("adult", "child", "senior")
 HOLDING = ("confirmed", "pending")  # bookings whose seats are taken
 SEATS_SCHEMA = {
@@ -72,14 +72,22 @@ CUSTOMER_SCHEMA = object_schema(
 
 
 # --- lookups ---------------------------------------------------------------------------------------
+def all_shows(database: Database) -> Iterator[tuple[dict[str, Any], str, dict[str, Any]]]:
+    """(theater, date, show) of every show in the theaters' schedules."""
+    return (
+        (theater, date, show)
+        for _, theater in database.records(THEATERS)
+        for date, day in (theater.get("dates") or {}).items()
+        for show in day.get("shows") or []
+    )
+
+
 def find_show(database: Database, show_id: str) -> tuple[dict[str, Any], str, dict[str, Any]]:
     """(theater, date, show) of a show in any theater's schedule."""
-    for _, theater in database.records(THEATERS):
-        for date, day in (theater.get("dates") or {}).items():
-            for show in day.get("shows") or []:
-                if show.get("show_id") == show_id:
-                    return theater, date, show
-    raise ToolFailure(f"no show with show_id {show_id!r}")
+    found = next((entry for entry in all_shows(database) if entry[2].get("show_id") == show_id), None)
+    if found is None:
+        raise ToolFailure(f"no show with show_id {show_id!r}")
+    return found
 
 
 def theater_show(database: Database, theater_id: str, show_id: str) -> tuple[dict[str, Any], str, dict[str, Any]]:
@@ -182,6 +190,25 @@ def seat_cost(seat: dict[str, Any]) -> float:
     return float(seat["price"]) + float(seat["convenience_fee"]) + float(seat["tax"])
 
 
+def reseat(
+    theater: dict[str, Any], show: dict[str, Any], old: dict[str, dict[str, Any]], seats: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], float]:
+    """The seat lines of a booking moved from its `old` lines (by seat_id) to `seats`: a kept seat of the same
+    ticket type keeps its stored prices, others are priced now; and the cost difference."""
+    lines = [
+        old[seat["seat_id"]]
+        if old.get(seat["seat_id"], {}).get("ticket_type") == seat["ticket_type"]
+        else seat_line(theater, show, seat)
+        for seat in seats
+    ]
+    return lines, money(sum(map(seat_cost, lines)) - sum(map(seat_cost, old.values())))
+
+
+def method_of(payment: dict[str, Any]) -> dict[str, Any]:
+    """The payment method a payment argument names (its source and payment_method_id)."""
+    return {name: payment[name] for name in ("source", "payment_method_id")}
+
+
 def payment_entry(payment_id: str, amount: float, method: dict[str, Any]) -> dict[str, Any]:
     return {"payment_id": payment_id, "amount": money(amount), "method": method, "created_at": NOW}
 
@@ -229,11 +256,7 @@ def create_booking(database: Database, arguments: dict[str, Any]) -> Any:
         raise ToolFailure(f"payments sum to {paid}; they must equal the grand total {summary['grand_total']} exactly")
     key = new_key(database, BOOKINGS)
     history = [
-        payment_entry(
-            f"{key}-P{i}",
-            payment["amount"],
-            {"source": payment["source"], "payment_method_id": payment["payment_method_id"]},
-        )
+        payment_entry(f"{key}-P{i}", payment["amount"], method_of(payment))
         for i, payment in enumerate(arguments["payments"], start=1)
     ]
     summary.pop("ticket_count")
@@ -277,15 +300,9 @@ def update_booking_seats(database: Database, arguments: dict[str, Any]) -> Any:
     require_scheduled(show, "seat updates")
     old = {seat["seat_id"]: seat for seat in record.get("seats") or []}
     require_seats(database, theater, show, arguments["seats"], set(old), booking_id)
-    seats = [
-        old[seat["seat_id"]]
-        if old.get(seat["seat_id"], {}).get("ticket_type") == seat["ticket_type"]
-        else seat_line(theater, show, seat)
-        for seat in arguments["seats"]
-    ]
+    seats, delta = reseat(theater, show, old, arguments["seats"])
     if seats == record.get("seats"):
         raise ToolFailure("the new seat list is the same as the booking's current seats")
-    delta = money(sum(map(seat_cost, seats)) - sum(map(seat_cost, old.values())))
     history, payment = list(record.get("payment_history") or []), arguments.get("payment")
     if delta > 0 and (payment is None or money(payment["amount"]) != delta):
         raise ToolFailure(f"the new total is higher by {delta}: one additional payment of exactly {delta} is required")
@@ -293,11 +310,7 @@ def update_booking_seats(database: Database, arguments: dict[str, Any]) -> Any:
         raise ToolFailure("no additional payment: the new total is not higher (a decrease is refunded)")
     entry_id = f"{booking_id}-P{len(history) + 1}"
     if payment is not None:
-        history.append(
-            payment_entry(
-                entry_id, delta, {"source": payment["source"], "payment_method_id": payment["payment_method_id"]}
-            )
-        )
+        history.append(payment_entry(entry_id, delta, method_of(payment)))
     elif delta < 0:
         history.append(payment_entry(entry_id, delta, history[0]["method"] if history else {"source": "cash"}))
     old_totals = record.get("totals") or {}
@@ -350,7 +363,7 @@ def cancel_booking(database: Database, arguments: dict[str, Any]) -> Any:
 
 
 def specs(domain: Domain) -> list[ToolSpec]:
-    booking_id = {"booking_id": TEXT}
+    write = writes_on(BOOKINGS, "booking_id", {"booking_id": TEXT})
     return [
         ToolSpec(
             "get_seat_availability",
@@ -387,22 +400,19 @@ def specs(domain: Domain) -> list[ToolSpec]:
             BOOKINGS,
             "show_id",
         ),
-        write_spec(
+        write(
             "update_booking_seats",
             "Replace the seats of a confirmed booking (scheduled show); a higher "
             "total needs one payment of exactly the difference, a lower one is refunded.",
-            object_schema({**booking_id, "seats": SEATS_SCHEMA}, {"payment": PAYMENT_SCHEMA}),
+            {"seats": SEATS_SCHEMA},
             update_booking_seats,
-            BOOKINGS,
-            "booking_id",
+            {"payment": PAYMENT_SCHEMA},
         ),
-        write_spec(
+        write(
             "cancel_booking",
             "Cancel a confirmed or pending booking of a show that is not completed; the full amount paid is refunded.",
-            object_schema(booking_id),
+            {},
             cancel_booking,
-            BOOKINGS,
-            "booking_id",
         ),
     ]
 
@@ -426,10 +436,9 @@ class MovieDrafter(Drafter):
         return history[0]["method"] if history else {"source": "card", "payment_method_id": "CARD-" + self.booking_id}
 
     def free_seats(self, show_id: str) -> list[str]:
-        return get_seat_availability(self.database, {"show_id": show_id})["available"]
-
-    def accessible(self, show_id: str) -> set[str]:
-        return set(get_seat_availability(self.database, {"show_id": show_id})["wheelchair_accessible"])
+        """The show's available seats but the wheelchair accessible ones (the tasks never ask for those)."""
+        seats = get_seat_availability(self.database, {"show_id": show_id})
+        return [seat for seat in seats["available"] if seat not in seats["wheelchair_accessible"]]
 
     def cancel_task(self) -> list[Draft]:
         call = action("cancel_booking", booking_id=self.booking_id)
@@ -441,7 +450,7 @@ class MovieDrafter(Drafter):
         show_id, seats = self.record["show_id"], list(self.record.get("seats") or [])
         if not seats:
             return []
-        free = [s for s in self.free_seats(show_id) if s not in self.accessible(show_id)]
+        free = self.free_seats(show_id)
         reads = [action("get_booking", booking_id=self.booking_id), action("get_seat_availability", show_id=show_id)]
         drafts = []
         if free:  # move one seat to a free one, keeping its ticket type
@@ -491,28 +500,17 @@ class MovieDrafter(Drafter):
         if self.record.get("status") != "confirmed":
             return self.refuse(prompt, reads, call, "booking_id")
         theater, _, show = find_show(self.database, self.record["show_id"])
-        old = {s["seat_id"]: s for s in self.record["seats"]}
-        lines = [
-            old[s["seat_id"]]
-            if old.get(s["seat_id"], {}).get("ticket_type") == s["ticket_type"]
-            else seat_line(theater, show, s)
-            for s in new
-        ]
-        delta = money(sum(map(seat_cost, lines)) - sum(map(seat_cost, old.values())))
+        _, delta = reseat(theater, show, {s["seat_id"]: s for s in self.record["seats"]}, new)
         if delta > 0:
             method = self.method()
-            call["arguments"]["payment"] = {
-                "source": method["source"],
-                "payment_method_id": method["payment_method_id"],
-                "amount": delta,
-            }
+            call["arguments"]["payment"] = {**method_of(method), "amount": delta}
             prompt += f" Pay any difference with my {method['source']} {method['payment_method_id']}."
-        return self.draft("action_write", prompt, [*reads, call])
+        return self.write(prompt, [*reads, call])
 
     def booking_task(self, shows: list[tuple[dict[str, Any], str, dict[str, Any]]]) -> list[Draft]:
         """A new booking for another show: free seats (a write) or, for some, a booked seat (a refusal)."""
         theater, date, show = self.rng.choice(shows)
-        free = [s for s in self.free_seats(show["show_id"]) if s not in self.accessible(show["show_id"])]
+        free = self.free_seats(show["show_id"])
         taken = sorted(booked_seats(self.database, show["show_id"]))
         count = self.rng.choice([1, 2])
         if len(free) < count:
@@ -545,28 +543,18 @@ class MovieDrafter(Drafter):
             seats=seats,
             customer=who,
             delivery_method=delivery,
-            payments=[{"source": method["source"], "payment_method_id": method["payment_method_id"], "amount": grand}],
+            payments=[{**method_of(method), "amount": grand}],
         )
         if refuse:
             return [self.refuse(request, reads, call, "show_id")]
-        return [self.draft("action_write", request, [*reads, preview, call])]
-
-
-def all_shows(database: Database) -> list[tuple[dict[str, Any], str, dict[str, Any]]]:
-    return [
-        (theater, date, show)
-        for _, theater in database.records(THEATERS)
-        for date, day in (theater.get("dates") or {}).items()
-        for show in day.get("shows") or []
-        if show.get("status") == "scheduled"
-    ]
+        return [self.write(request, [*reads, preview, call])]
 
 
 def drafts(generator: Generator) -> list[Draft]:
     """Per customer with a unique email: a cancellation, seat changes (move, drop one, change a ticket type,
     a booked seat refused)
     and two new bookings (some asking for a booked seat, refused)."""
-    shows = all_shows(generator.domain.new_database())
+    shows = [entry for entry in all_shows(generator.domain.new_database()) if entry[2].get("status") == "scheduled"]
     found: list[Draft] = []
     for booking_id, record, email in generator.by_email(BOOKINGS):
         drafter = MovieDrafter(generator, booking_id, record, email)

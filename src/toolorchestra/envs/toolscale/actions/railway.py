@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from toolorchestra.envs.toolscale.actions.shared import existing
 from toolorchestra.envs.toolscale.drafts import Draft, Drafter, action, fact_text
-from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema, write_spec
+from toolorchestra.envs.toolscale.tools import TEXT, ToolFailure, ToolSpec, object_schema, write_spec, writes_on
 
 if TYPE_CHECKING:
     from toolorchestra.envs.toolscale.data import Database, Domain
@@ -50,7 +50,6 @@ CLOCK = datetime.datetime(2024, 5, 15, 15, 0, tzinfo=EST)  # the policy's "curre
 REASONS = ("change_of_plan", "health", "weather", "train_cancelled", "other")
 COVERED = ("health", "weather")  # the reasons travel insurance covers
 BAG_FEE, BIKE_FEE = 15, 10
-TEXT = {"type": "string", "minLength": 1}
 COUNT = {"type": "integer", "minimum": 0}
 DATE = {"type": "string", "pattern": r"^\d{4}-\d{2}-\d{2}$", "description": "YYYY-MM-DD"}
 PASSENGERS_SCHEMA = {
@@ -264,17 +263,7 @@ def add_wallet_funds(database: Database, arguments: dict[str, Any]) -> Any:
 
 
 def specs(domain: Domain) -> list[ToolSpec]:
-    def write(
-        name: str,
-        description: str,
-        required: dict[str, Any],
-        optional: dict[str, Any] | None,
-        handler: Any,
-        collection: str = RESERVATIONS,
-        key: str = "reservation_id",
-    ) -> ToolSpec:
-        return write_spec(name, description, object_schema(required, optional), handler, collection, key)
-
+    write = writes_on(RESERVATIONS, "reservation_id", RESERVATION_ARGS)
     # reason and amount are checked in the handlers (not by enum / multipleOf) so that a value the policy
     # does not allow fails with the rule's own message
     return [
@@ -283,35 +272,29 @@ def specs(domain: Domain) -> list[ToolSpec]:
             "Cancel the user's reservation (none of it departed) when it was booked in the "
             "last 24 hours, a train of it is cancelled, it is first_class, or it is insured and the reason is "
             "covered (health, weather); payments are refunded to the original methods.",
-            {
-                **RESERVATION_ARGS,
-                "reason": {"type": "string", "minLength": 1, "description": "one of " + ", ".join(REASONS)},
-            },
-            None,
+            {"reason": {"type": "string", "minLength": 1, "description": "one of " + ", ".join(REASONS)}},
             cancel_reservation,
         ),
         write(
             "modify_reservation_bags",
             "Set the reservation's total bags and bikes ($15 per bag beyond 1 per "
             "passenger, $10 per bike); the fee difference is charged or refunded to one saved payment method.",
-            {**RESERVATION_ARGS, "total_bags": COUNT, "bikes": COUNT},
-            METHOD,
+            {"total_bags": COUNT, "bikes": COUNT},
             modify_bags,
+            METHOD,
         ),
         write(
             "update_passengers",
             "Update the names and dates of birth (YYYY-MM-DD) of the reservation's "
             "passengers (same number of passengers).",
-            {**RESERVATION_ARGS, "passengers": PASSENGERS_SCHEMA},
-            None,
+            {"passengers": PASSENGERS_SCHEMA},
             update_passengers,
         ),
-        write(
+        write_spec(
             "add_wallet_funds",
             "Add a positive whole-dollar amount to the user's wallet (created if the user "
             "has none), optionally funded by a saved card.",
-            {"user_id": TEXT, "amount": {"type": "number", "description": "whole dollars, > 0"}},
-            METHOD,
+            object_schema({"user_id": TEXT, "amount": {"type": "number", "description": "whole dollars, > 0"}}, METHOD),
             add_wallet_funds,
             USERS,
             "user_id",
@@ -372,7 +355,7 @@ class RailwayDrafter(Drafter):
         call = self.call("cancel_reservation", key, reason=reason)
         request = f"Please cancel my reservation {key}; the reason: {REASON_WORDS[reason]}."
         if allowed:
-            return [self.draft("action_write", request, [*reads, call])]
+            return [self.write(request, [*reads, call])]
         return [self.refuse(request, reads, call, "reservation_id", also=("set_reservation_status",))]
 
     def bag_task(self, key: str, reservation: dict[str, Any]) -> list[Draft]:
@@ -390,7 +373,7 @@ class RailwayDrafter(Drafter):
         )
         reads = [action("get_reservation", reservation_id=key)]
         if not delta:
-            return [self.draft("action_write", request, [*reads, call])]
+            return [self.write(request, [*reads, call])]
         source = self.rng.choice(["card", "wallet"])
         method_id = self.method(source)
         if method_id is None:
@@ -430,8 +413,7 @@ class RailwayDrafter(Drafter):
 
         read = action("get_reservation", reservation_id=key)
         drafts = [
-            self.draft(
-                "action_write",
+            self.write(
                 f"Please correct the passengers of my reservation {key}; they should be: {who(people)}.",
                 [read, self.call("update_passengers", key, passengers=people)],
             )
@@ -458,7 +440,7 @@ class RailwayDrafter(Drafter):
         if card and self.rng.random() < 0.5:
             call["arguments"]["payment_method_id"] = card
             request += f", paid with my card {card}"
-        return [self.draft("action_write", request + ".", [self.profile, call])]
+        return [self.write(request + ".", [self.profile, call])]
 
     def foreign_reservation_task(self, key: str, other_id: str) -> list[Draft]:
         """Another user's reservation: not this user's to cancel, whatever the grounds."""

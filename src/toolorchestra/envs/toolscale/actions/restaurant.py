@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 from toolorchestra.envs.toolscale.actions.shared import address_of, existing, money, pick_entries, positive_amount
 from toolorchestra.envs.toolscale.drafts import Draft, Drafter, action, fact_text
-from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema, write_spec
+from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, writes_on
 
 if TYPE_CHECKING:
     from toolorchestra.envs.toolscale.data import Database, Domain
@@ -82,19 +82,17 @@ def require_saved(database: Database, record: dict[str, Any], instrument: str) -
         raise ToolFailure(f"instrument_ref {instrument!r} is not a saved instrument of the ticket's patron")
 
 
-def placed_ticket(database: Database, ref: str, doing: str) -> dict[str, Any]:
-    """The ticket, which must be 'placed': the policy's first check for every cancellation or modification."""
+def placed_ticket(database: Database, ref: str, doing: str, mode: str | None = None) -> dict[str, Any]:
+    """The ticket, which must be 'placed' (the policy's first check for every cancellation or modification) and
+    of the service `mode` where one is given."""
     record = ticket(database, ref)
     if record.get("state") != "placed":
         raise ToolFailure(f"ticket {ref!r} is {record.get('state')}; only placed tickets can {doing}")
-    return record
-
-
-def require_mode(record: dict[str, Any], mode: str, doing: str) -> None:
-    if record.get("service_mode") != mode:
+    if mode and record.get("service_mode") != mode:
         raise ToolFailure(
             f"ticket {record['ticket_ref']!r} is {record.get('service_mode')}; only {mode} tickets can {doing}"
         )
+    return record
 
 
 def payment_charges(record: dict[str, Any]) -> list[dict[str, Any]]:
@@ -165,8 +163,7 @@ def add_tip(database: Database, arguments: dict[str, Any]) -> Any:
 
 def modify_dropoff(database: Database, arguments: dict[str, Any]) -> Any:
     ref = arguments["ticket_ref"]
-    record = placed_ticket(database, ref, "change their dropoff address")
-    require_mode(record, "delivery", "change their dropoff address")
+    record = placed_ticket(database, ref, "change their dropoff address", "delivery")
     dropoff = address_of(arguments, ADDRESS_FIELDS, OPTIONAL_ADDRESS_FIELDS)
     database.update(TICKETS, ref, "dropoff", dropoff)
     return {"ticket_ref": ref, "old_dropoff": record.get("dropoff"), "dropoff": dropoff}
@@ -174,8 +171,7 @@ def modify_dropoff(database: Database, arguments: dict[str, Any]) -> Any:
 
 def modify_table(database: Database, arguments: dict[str, Any]) -> Any:
     ref = arguments["ticket_ref"]
-    record = placed_ticket(database, ref, "change their table information")
-    require_mode(record, "dine_in", "change their table information")
+    record = placed_ticket(database, ref, "change their table information", "dine_in")
     blank = [name for name in ("zone", "table_no") if not arguments[name].strip()]
     if blank:
         raise ToolFailure(f"invalid argument {blank[0]}: zone, table_no and seat_count are all required")
@@ -241,60 +237,46 @@ def modify_plates(database: Database, arguments: dict[str, Any]) -> Any:
 
 
 def specs(domain: Domain) -> list[ToolSpec]:
-    address = {name: TEXT for name in ADDRESS_FIELDS}
+    address, write = {name: TEXT for name in ADDRESS_FIELDS}, writes_on(TICKETS, "ticket_ref", {"ticket_ref": ID})
     return [
-        write_spec(
+        write(
             "cancel_ticket",
             "Cancel a placed ticket; its payments are refunded to their instruments.",
-            object_schema({"ticket_ref": ID, "reason": {"type": "string", "minLength": 1}}),
+            {"reason": {"type": "string", "minLength": 1}},
             cancel_ticket,
-            TICKETS,
-            "ticket_ref",
         ),
-        write_spec(
+        write(
             "add_tip",
             "Add a tip (>= 0) to a ticket that is not cancelled, charged to a saved instrument of the ticket's patron.",
-            object_schema({"ticket_ref": ID, "amount": {"type": "number", "minimum": 0}, "instrument_ref": ID}),
+            {"amount": {"type": "number", "minimum": 0}, "instrument_ref": ID},
             add_tip,
-            TICKETS,
-            "ticket_ref",
         ),
-        write_spec(
+        write(
             "modify_ticket_dropoff",
             "Replace the dropoff address of a placed delivery ticket (all fields; line_two may be empty).",
-            object_schema({"ticket_ref": ID, **address}),
+            address,
             modify_dropoff,
-            TICKETS,
-            "ticket_ref",
         ),
-        write_spec(
+        write(
             "modify_ticket_table",
             "Replace the table information of a placed dine-in ticket.",
-            object_schema(
-                {"ticket_ref": ID, "zone": TEXT, "table_no": TEXT, "seat_count": {"type": "integer", "minimum": 1}}
-            ),
+            {"zone": TEXT, "table_no": TEXT, "seat_count": {"type": "integer", "minimum": 1}},
             modify_table,
-            TICKETS,
-            "ticket_ref",
         ),
-        write_spec(
+        write(
             "modify_ticket_payment",
             "Pay a placed ticket (exactly one payment) with another saved "
             "instrument of its patron: a new payment of the same total, a refund to the old instrument.",
-            object_schema({"ticket_ref": ID, "instrument_ref": ID}),
+            {"instrument_ref": ID},
             modify_payment,
-            TICKETS,
-            "ticket_ref",
         ),
-        write_spec(
+        write(
             "modify_ticket_plates",
             "Replace plates of a placed ticket with other plates of the same "
             "dish served today (lists aligned by position); the cost difference is charged or refunded to a "
             "saved instrument of the ticket's patron.",
-            object_schema({"ticket_ref": ID, "plate_refs": PLATES, "new_plate_refs": PLATES, "instrument_ref": ID}),
+            {"plate_refs": PLATES, "new_plate_refs": PLATES, "instrument_ref": ID},
             modify_plates,
-            TICKETS,
-            "ticket_ref",
         ),
     ]
 
@@ -337,7 +319,7 @@ class TicketDrafter(Drafter):
                 f"Please add a tip of {fact_text(amount)} to my ticket {self.ref}, "
                 f"charged to my saved instrument {instrument}."
             )
-            drafts.append(self.draft("action_write", request, [*self.reads, tip]))
+            drafts.append(self.write(request, [*self.reads, tip]))
         return drafts
 
     def tasks(self) -> list[Draft]:
@@ -373,15 +355,8 @@ class TicketDrafter(Drafter):
         chosen = self.rng.choice(near or locations)
         new = {name: chosen[name] for name in ADDRESS_FIELDS}
         request = f"Please deliver my ticket {self.ref} to this address instead: {address_text(new)}."
-        return [
-            self.decide(
-                self.allowed("delivery"),
-                request,
-                self.reads,
-                action("modify_ticket_dropoff", ticket_ref=self.ref, **new),
-                "ticket_ref",
-            )
-        ]
+        call = action("modify_ticket_dropoff", ticket_ref=self.ref, **new)
+        return [self.decide(self.allowed("delivery"), request, self.reads, call, "ticket_ref")]
 
     def table_tasks(self) -> list[Draft]:
         """A move to another real table (a table of another ticket) and, for some dine-in tickets, more seats."""
@@ -398,20 +373,13 @@ class TicketDrafter(Drafter):
             return []
         zone, table_no, seats = self.rng.choice(tables)
         new = {"zone": zone, "table_no": table_no, "seat_count": seats}
-        drafts = [
-            self.decide(
-                self.allowed("dine_in"),
-                f"For my ticket {self.ref}, please move us to {table_text(new)}.",
-                self.reads,
-                action("modify_ticket_table", ticket_ref=self.ref, **new),
-                "ticket_ref",
-            )
-        ]
+        request = f"For my ticket {self.ref}, please move us to {table_text(new)}."
+        call = action("modify_ticket_table", ticket_ref=self.ref, **new)
+        drafts = [self.decide(self.allowed("dine_in"), request, self.reads, call, "ticket_ref")]
         if current and self.allowed("dine_in") and self.rng.random() < SEAT_SHARE:
             more = {**current, "seat_count": current["seat_count"] + self.rng.choice(SEATS_ADDED)}
             drafts.append(
-                self.draft(
-                    "action_write",
+                self.write(
                     f"More friends are joining: for my ticket {self.ref}, please keep our table "
                     f"but make it {table_text(more)}.",
                     [*self.reads, action("modify_ticket_table", ticket_ref=self.ref, **more)],
@@ -438,11 +406,8 @@ class TicketDrafter(Drafter):
             new = self.rng.choice(others)
             request = f"Please pay my ticket {self.ref} with my other card instead, instrument {new}."
         reads = [*self.reads, action("get_guest", guest_ref=self.record["guest_ref"])]
-        return [
-            self.refuse(
-                request, reads, action("modify_ticket_payment", ticket_ref=self.ref, instrument_ref=new), "ticket_ref"
-            )
-        ]
+        call = action("modify_ticket_payment", ticket_ref=self.ref, instrument_ref=new)
+        return [self.refuse(request, reads, call, "ticket_ref")]
 
     def plate_tasks(self) -> list[Draft]:
         """A swap for another plate of the same dish where the menu has one (done when placed), and for some a
@@ -494,14 +459,11 @@ class TicketDrafter(Drafter):
 def drafts(generator: Generator) -> list[Draft]:
     """Per ticket of a patron with a unique email: a cancellation and some tips, then (after all of those, so
     their random draws and numbering stay as they were) the ticket modifications."""
-    tickets, found = generator.domain.base[TICKETS], []
-    patrons = generator.by_email(PATRONS)
-    for guest, _, email in patrons:
-        for ref, record in tickets.items():
-            if record.get("guest_ref") == guest:
-                found += TicketDrafter(generator, guest, email, ref, record).ticket_tasks()
-    for guest, _, email in patrons:
-        for ref, record in tickets.items():
-            if record.get("guest_ref") == guest:
-                found += TicketDrafter(generator, guest, email, ref, record).tasks()
-    return found
+    drafters = [
+        TicketDrafter(generator, guest, email, ref, record)
+        for guest, _, email in generator.by_email(PATRONS)
+        for ref, record in generator.domain.base[TICKETS].items()
+        if record.get("guest_ref") == guest
+    ]
+    found = [draft for drafter in drafters for draft in drafter.ticket_tasks()]
+    return found + [draft for drafter in drafters for draft in drafter.tasks()]

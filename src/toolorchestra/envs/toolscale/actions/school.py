@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from toolorchestra.envs.toolscale.actions.shared import AMOUNT_SCHEMA, existing, money, new_key, positive_amount
 from toolorchestra.envs.toolscale.drafts import Draft, Drafter, action, fact_text
-from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema, write_spec
+from toolorchestra.envs.toolscale.tools import TEXT, ToolFailure, ToolSpec, object_schema, write_spec, writes_on
 
 if TYPE_CHECKING:
     from toolorchestra.envs.toolscale.data import Database, Domain
@@ -47,7 +47,6 @@ if TYPE_CHECKING:
 
 COURSES, STUDENTS, REGISTRATIONS = "courses", "students", "registrations"
 TODAY = "24-05-15"  # the policy's clock (2024-05-15) in the data's YY-MM-DD format
-TEXT = {"type": "string", "minLength": 1}
 LEVELS = ("undergraduate", "graduate", "continuing_ed")
 GRADING = ("letter", "pass/fail", "audit")
 RATE_PER_CREDIT = {"undergraduate": 500.0, "graduate": 600.0, "continuing_ed": 300.0}
@@ -324,7 +323,7 @@ def cancel_registration(database: Database, arguments: dict[str, Any]) -> Any:
 
 
 def specs(domain: Domain) -> list[ToolSpec]:
-    who = {"student_id": TEXT, "registration_id": TEXT}
+    write = writes_on(REGISTRATIONS, "registration_id", {"student_id": TEXT, "registration_id": TEXT})
     rates = ", ".join(f"{level} {fact_text(rate)}" for level, rate in RATE_PER_CREDIT.items())
     return [
         write_spec(
@@ -351,39 +350,33 @@ def specs(domain: Domain) -> list[ToolSpec]:
             REGISTRATIONS,
             "student_id",
         ),
-        write_spec(
+        write(
             "modify_registration",
             "Add courses (same term, open; priced like register_courses), drop "
             "courses and/or change grading options of a student's registration; no schedule conflict. A tuition "
             "increase is charged to payment_id (a saved payment method); a decrease is refunded as a negative "
             "amount (to payment_id if given, else the latest payment). Health insurance cannot change.",
-            object_schema(
-                who,
-                {
-                    "add_courses": {"type": "array", "items": PICK_SCHEMA},
-                    "drop_course_ids": {"type": "array", "items": TEXT},
-                    "grading_changes": {
-                        "type": "array",
-                        "items": object_schema(
-                            {"course_id": TEXT, "grading_option": {"type": "string", "enum": list(GRADING)}}
-                        ),
-                    },
-                    "payment_id": TEXT,
-                    "health_insurance": YES_NO,
-                },
-            ),
+            {},
             modify_registration,
-            REGISTRATIONS,
-            "registration_id",
+            {
+                "add_courses": {"type": "array", "items": PICK_SCHEMA},
+                "drop_course_ids": {"type": "array", "items": TEXT},
+                "grading_changes": {
+                    "type": "array",
+                    "items": object_schema(
+                        {"course_id": TEXT, "grading_option": {"type": "string", "enum": list(GRADING)}}
+                    ),
+                },
+                "payment_id": TEXT,
+                "health_insurance": YES_NO,
+            },
         ),
-        write_spec(
+        write(
             "cancel_registration",
             "Cancel a student's registration: all courses dropped, every payment "
             "refunded as a negative amount to its payment_id.",
-            object_schema(who),
+            {},
             cancel_registration,
-            REGISTRATIONS,
-            "registration_id",
         ),
     ]
 
@@ -443,7 +436,7 @@ class SchoolDrafter(Drafter):
     def cancel_tasks(self, others: list[str]) -> list[Draft]:
         which, reads = self.mine()
         call = action("cancel_registration", student_id=self.student_id, registration_id=self.registration_id)
-        drafts = [self.draft("action_write", f"Please cancel {which} and refund my payments.", [*reads, call])]
+        drafts = [self.write(f"Please cancel {which} and refund my payments.", [*reads, call])]
         if others and self.rng.random() < 0.3:  # someone else's registration: the tool refuses it
             other = self.rng.choice(others)
             call = action("cancel_registration", student_id=self.student_id, registration_id=other)
@@ -458,25 +451,16 @@ class SchoolDrafter(Drafter):
         request = f"Please drop {line['course_code']} ({line['course_id']}) from {which}."
         if self.methods and line.get("tuition") and self.rng.random() < 0.3:  # a refund to a named method
             payment_id, text = self.method()
-            return [
-                self.draft(
-                    "action_write",
-                    f"{request} Refund the tuition to my {text}.",
-                    [
-                        *self.with_student(reads),
-                        self.modify(drop_course_ids=[line["course_id"]], payment_id=payment_id),
-                    ],
-                )
-            ]
-        return [self.draft("action_write", request, [*reads, self.modify(drop_course_ids=[line["course_id"]])])]
+            call = self.modify(drop_course_ids=[line["course_id"]], payment_id=payment_id)
+            return [self.write(f"{request} Refund the tuition to my {text}.", [*self.with_student(reads), call])]
+        return [self.write(request, [*reads, self.modify(drop_course_ids=[line["course_id"]])])]
 
     def grading_task(self) -> list[Draft]:
         line, (which, reads) = self.rng.choice(self.lines), self.mine()
         option = self.rng.choice([option for option in GRADING if option != line.get("grading_option")])
         call = self.modify(grading_changes=[{"course_id": line["course_id"], "grading_option": option}])
         return [
-            self.draft(
-                "action_write",
+            self.write(
                 f"Please change the grading option of {line['course_code']} "
                 f"({line['course_id']}) in {which} to {option}.",
                 [*reads, call],
@@ -549,10 +533,8 @@ class SchoolDrafter(Drafter):
         refused = draw >= 0.5
         if refused and self.rng.random() < 0.5:  # pay part now: an initial registration is paid in full
             part = money(round(total / 2, -2))
-            payments, pay_text = (
-                [{"payment_id": payment_id, "amount": part}],
-                (f"pay only {fact_text(part)} now with my {text} and the rest later"),
-            )
+            payments = [{"payment_id": payment_id, "amount": part}]
+            pay_text = f"pay only {fact_text(part)} now with my {text} and the rest later"
         elif refused:  # with a course that is full, conflicts or is of another term
             chosen = [
                 first,

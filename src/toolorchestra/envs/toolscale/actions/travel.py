@@ -31,14 +31,13 @@ from typing import TYPE_CHECKING, Any
 
 from toolorchestra.envs.toolscale.actions.shared import existing, money
 from toolorchestra.envs.toolscale.drafts import Draft, Drafter, action, fact_text
-from toolorchestra.envs.toolscale.tools import ToolFailure, ToolSpec, object_schema, write_spec
+from toolorchestra.envs.toolscale.tools import TEXT, ToolFailure, ToolSpec, object_schema, write_spec, writes_on
 
 if TYPE_CHECKING:
     from toolorchestra.envs.toolscale.data import Database, Domain
     from toolorchestra.envs.toolscale.tasks import Generator
 
 TRAVELERS, PACKAGES, AGENTS = "travelers", "packages", "agents"
-TEXT = {"type": "string", "minLength": 1}
 DATE = {"type": "string", "pattern": r"^\d\d-\d\d-\d\d$", "description": "YY-MM-DD"}
 TIME_RANGE = {"type": "string", "pattern": r"^\d\d:\d\d-\d\d:\d\d$", "description": "HH:MM-HH:MM"}
 ADD_ONS_SCHEMA = {
@@ -212,54 +211,41 @@ def schedule_meeting(database: Database, arguments: dict[str, Any]) -> Any:
 
 
 def specs(domain: Domain) -> list[ToolSpec]:
-    def write(
-        name: str,
-        description: str,
-        required: dict[str, Any],
-        optional: dict[str, Any] | None,
-        handler: Any,
-        collection: str = TRAVELERS,
-        key: str = "booking_id",
-    ) -> ToolSpec:
-        return write_spec(name, description, object_schema(required, optional), handler, collection, key)
-
+    write = writes_on(TRAVELERS, "booking_id", BOOKING_ARGS)
     return [
         write(
             "update_booking_departure_date",
             "Move the traveler's booking to another departure date of the same "
             "package (available, enough slots); the base-price difference is charged or refunded to a saved "
             "payment method.",
-            {**BOOKING_ARGS, "new_departure_date": DATE},
-            METHOD,
+            {"new_departure_date": DATE},
             update_departure_date,
+            METHOD,
         ),
         write(
             "update_booking_add_ons",
             "Replace the whole add-on list of the traveler's booking; the difference "
             "is charged or refunded to a saved payment method.",
-            {**BOOKING_ARGS, "add_ons": ADD_ONS_SCHEMA},
-            METHOD,
+            {"add_ons": ADD_ONS_SCHEMA},
             update_add_ons,
+            METHOD,
         ),
         write(
             "update_booking_travelers",
             "Update the names and dates of birth of the booking's travelers (same number of travelers).",
-            {**BOOKING_ARGS, "travelers": PEOPLE_SCHEMA},
-            None,
+            {"travelers": PEOPLE_SCHEMA},
             update_travelers,
         ),
         write(
             "update_booking_rooming",
             "Change the booking's rooming (price neutral).",
-            {**BOOKING_ARGS, "room_type": TEXT, "occupancy": {"type": "integer", "minimum": 1}},
-            None,
+            {"room_type": TEXT, "occupancy": {"type": "integer", "minimum": 1}},
             update_rooming,
         ),
-        write(
+        write_spec(
             "schedule_agent_meeting",
             "Schedule a meeting of the traveler with an agent inside one of the agent's available slots.",
-            {"agent_id": TEXT, "date": DATE, "time_range": TIME_RANGE, "traveler_id": TEXT},
-            None,
+            object_schema({"agent_id": TEXT, "date": DATE, "time_range": TIME_RANGE, "traveler_id": TEXT}),
             schedule_meeting,
             AGENTS,
             "agent_id",
@@ -306,7 +292,7 @@ class TravelDrafter(Drafter):
             old = float(package["departures"][here]["base_price"])
             delta = money((float(dates[date]["base_price"]) - old) * count)
             call = self.call("update_booking_departure_date", booking, new_departure_date=date)
-            drafts.append(self.draft("action_write", ask(date) + self.pay_with(delta, call), [read, call]))
+            drafts.append(self.write(ask(date) + self.pay_with(delta, call), [read, call]))
         if bad:
             date = self.rng.choice(bad)
             call = self.call("update_booking_departure_date", booking, new_departure_date=date)
@@ -323,7 +309,7 @@ class TravelDrafter(Drafter):
             f"{booking['booking_id']}, keeping the others; the full list is then: {listed}."
         )
         if self.methods:
-            return [self.draft("action_write", request + self.pay_with(price, call), [call])]
+            return [self.write(request + self.pay_with(price, call), [call])]
         unsaved = "PM-" + self.traveler_id  # no saved method: the user offers one that is not on file
         call["arguments"]["payment_method_id"] = unsaved
         return [self.refuse(request + f" Charge my card {unsaved}.", [], call, "booking_id")]
@@ -335,8 +321,7 @@ class TravelDrafter(Drafter):
         people[index]["last_name"] = old_name + "-" + self.rng.choice(["Berg", "Moreau", "Silva", "Tanaka"])
         who = "; ".join(f"{p['first_name']} {p['last_name']} (born {p['dob']})" for p in people)
         drafts = [
-            self.draft(
-                "action_write",
+            self.write(
                 f"My companion's last name changed. Please update the travelers of my "
                 f"booking {booking['booking_id']} to: {who}.",
                 [self.call("update_booking_travelers", booking, travelers=people)],
@@ -355,8 +340,7 @@ class TravelDrafter(Drafter):
         room = self.rng.choice([r for r in ("single", "double", "twin", "triple", "suite") if r != current])
         occupancy = len(booking["travelers"])
         return [
-            self.draft(
-                "action_write",
+            self.write(
                 f"Please change the rooming of my booking {booking['booking_id']} to a {room} room for {occupancy}.",
                 [self.call("update_booking_rooming", booking, room_type=room, occupancy=occupancy)],
             )
@@ -389,7 +373,7 @@ class TravelDrafter(Drafter):
         def ask(d: str, t: str) -> str:
             return f"Please schedule a meeting with agent {agent_id} on {d} at {t}."
 
-        drafts = [self.draft("action_write", ask(date, time_range), [read, call])]
+        drafts = [self.write(ask(date, time_range), [read, call])]
         late = f"{max(minutes(s)[1] for s in agent['availability'][date]['slots']) // 60:02d}:30"
         if self.rng.random() < 0.4 and late < "23:00":
             late_range = f"{late}-{int(late[:2]) + 1:02d}:30"

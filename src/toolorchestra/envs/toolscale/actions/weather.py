@@ -104,12 +104,29 @@ def actuals(generator: Generator, record: dict[str, Any], date: str) -> tuple[fl
     return high, min(low, high), precip
 
 
-def verification_request(key: str, date: str, high: float, low: float, precip: float, status: str, notes: str) -> str:
-    return (
+def verification(
+    generator: Generator, key: str, record: dict[str, Any], date: str, status: str, with_notes: bool
+) -> tuple[str, dict[str, Any]]:
+    """The request to record plausible actuals for the forecast's date (with notes, drawn after the actuals,
+    where with_notes and the draw gives some), and its call."""
+    high, low, precip = actuals(generator, record, date)
+    notes = generator.rng.choice(["", "Matches station observations.", "Afternoon showers."]) if with_notes else ""
+    request = (
         f"Please record the verification of forecast {key} for {date}: actual high {fact_text(high)} C, "
         f"actual low {fact_text(low)} C, precipitation {fact_text(precip)} mm, status '{status}'"
         + (f", notes: {notes}." if notes else ".")
     )
+    call = action(
+        "verify_forecast_for_date",
+        forecast_id=key,
+        date=date,
+        actual_high_c=high,
+        actual_low_c=low,
+        actual_precip_mm=precip,
+        status=status,
+        **({"notes": notes} if notes else {}),
+    )
+    return request, call
 
 
 def forecast_tasks(generator: Generator, key: str, record: dict[str, Any]) -> list[Draft]:
@@ -118,49 +135,15 @@ def forecast_tasks(generator: Generator, key: str, record: dict[str, Any]) -> li
     for date in forecast_dates(record):
         if generator.rng.random() >= WRITE_SHARE:
             continue
-        high, low, precip = actuals(generator, record, date)
         status = "revised" if (done.get(date) or {}).get("status") == "verified" else "verified"
-        notes = generator.rng.choice(["", "Matches station observations.", "Afternoon showers."])
-        arguments = {
-            "forecast_id": key,
-            "date": date,
-            "actual_high_c": high,
-            "actual_low_c": low,
-            "actual_precip_mm": precip,
-            "status": status,
-            **({"notes": notes} if notes else {}),
-        }
-        found.append(
-            Draft(
-                "action_write",
-                owner,
-                verification_request(key, date, high, low, precip, status, notes),
-                [read, action("verify_forecast_for_date", **arguments)],
-            )
-        )
+        request, call = verification(generator, key, record, date, status, with_notes=True)
+        found.append(Draft("action_write", owner, request, [read, call]))
     dates = forecast_dates(record)
     if dates and generator.rng.random() < REFUSAL_SHARE:
         date, status = generator.rng.choice(dates), generator.rng.choice(NOT_STATUSES)
-        high, low, precip = actuals(generator, record, date)
-        call = action(
-            "verify_forecast_for_date",
-            forecast_id=key,
-            date=date,
-            actual_high_c=high,
-            actual_low_c=low,
-            actual_precip_mm=precip,
-            status=status,
-        )
-        found.append(
-            Draft(
-                "action_refusal",
-                owner,
-                verification_request(key, date, high, low, precip, status, ""),
-                [read],
-                refused=[call],
-                forbidden=[{"name": "verify_forecast_for_date", "argument": "forecast_id", "value": key}],
-            )
-        )
+        request, call = verification(generator, key, record, date, status, with_notes=False)
+        forbid = [{"name": "verify_forecast_for_date", "argument": "forecast_id", "value": key}]
+        found.append(Draft("action_refusal", owner, request, [read], refused=[call], forbidden=forbid))
     return found
 
 
