@@ -49,6 +49,10 @@ REFACTOR_COMMITS = {
     "a520d46": "envs: one Drafter, every write tool through write_spec, replay helpers shared [LOC]",
     "29f4fe6": "bench/cli/agent/catalog/reward: forwarders gone, one table helper, one pool set-up [LOC]",
     "1066107": "OrchestratorPolicy settings as a typed functools.partial [LOC]",
+    "cefc159": "backends/tools/train: shared snippet/answered/pick helpers, one cache_dir [LOC]",
+    "ba2d183": "memory.py: return_freed_memory as a top-level leaf [LOC]",
+    "e65842e": "toolscale: writes_on, Drafter.write, one TEXT schema, movie helpers [LOC]",
+    "22bf2ab": "toolscale actions imported by name again, so the cycle test sees them [LOC]",
 }
 
 
