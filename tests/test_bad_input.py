@@ -377,6 +377,21 @@ def test_eval_refuses_a_zero_count(tmp_path: Path, option: str) -> None:
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize(("env", "options", "expected"), [
+    ("replay:WORLD", ["--num-trials", "5", "--user-model", "m"], "only tau2 envs read --num-trials, --user-model"),
+    ("tau2:airline", ["--price-scale", "m=2", "--tools", "answer"], "tau2 envs do not read --tools, --price-scale"),
+])
+def test_eval_refuses_options_the_env_does_not_read(tmp_path: Path, env: str, options: list[str],
+                                                    expected: str) -> None:
+    """--num-trials 5 on a replay world ran one trial, and replay options on tau2 were dropped, without a word."""
+    env = env.replace("WORLD", str(write_world(tmp_path / "world")))
+    result = cli("eval", "--env", env, "--policy", "random", *options, "--out", str(tmp_path / "run"),
+                 "--no-progress")
+    assert result.returncode == 2
+    assert f"error: --env {env}: {expected}" in one_error_line(result)
+    assert not (tmp_path / "run").exists()
+
+
 def test_options_a_catalog_makes_moot_and_paths_of_the_wrong_kind_are_named(tmp_path: Path) -> None:
     """--corpus with --config used to be ignored without a word; an empty catalog said "got NoneType"; a file
     given to `replay check` was "directory not found"; serve --trajectories under a file said the folder was

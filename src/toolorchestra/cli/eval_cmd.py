@@ -188,7 +188,33 @@ def eval_command(
     """Evaluate POLICY on ENV: every episode's trajectory is saved as it ends, then metrics are written."""
     from toolorchestra.integrations.tau2.run import is_tau2_env
 
-    if is_tau2_env(env):
+    tau2 = is_tau2_env(env)
+    _refuse_unread_options(
+        env,
+        tau2,
+        {
+            "--num-trials": num_trials != 1,
+            "--max-steps": max_steps != 200,
+            "--max-errors": max_errors != 10,
+            "--user-model": user_model is not None,
+            "--user-base-url": user_base_url is not None,
+            "--user-max-tokens": user_max_tokens is not None,
+        },
+        {
+            "--per-subtask": per_subtask is not None,
+            "--tools": tools is not None,
+            "--judge": judge is not None,
+            "--context": context != "auto",
+            "--price-scale": bool(price_scale),
+            "--prices": prices is not None,
+            "--hold-out-models": hold_out_models is not None,
+            "--profiles": profiles != "auto",
+            "--rename-labels": rename_labels is not None,
+            "--shuffle-labels": shuffle_labels is not None,
+            "--ray": use_ray,
+        },
+    )
+    if tau2:
         _eval_tau2(
             env=env,
             policy=policy,
@@ -272,6 +298,15 @@ def _default_policy(env: str, config: Path | None, data_dir: Path | None) -> str
     from toolorchestra.catalog import load_catalog
 
     return f"orchestrator:{load_catalog(config).orchestrator}"
+
+
+def _refuse_unread_options(env: str, tau2: bool, tau2_only: dict[str, bool], not_tau2: dict[str, bool]) -> None:
+    """An option the env's eval path never reads is an error naming it, not a setting passed over in silence
+    (`--num-trials 5` on a replay world ran one trial, `--price-scale` on tau2 charged the usual prices)."""
+    unread = [flag for flag, given in (not_tau2 if tau2 else tau2_only).items() if given]
+    if unread:
+        what = "tau2 envs do not read" if tau2 else "only tau2 envs read"
+        raise UserError(f"--env {env}: {what} {', '.join(unread)}")
 
 
 def _warn_unused_config(config: Path, policy: str) -> None:
