@@ -392,6 +392,14 @@ def test_eval_refuses_options_the_env_does_not_read(tmp_path: Path, env: str, op
     assert not (tmp_path / "run").exists()
 
 
+def test_eval_warns_that_renamed_labels_do_not_change_a_baseline(tmp_path: Path) -> None:
+    world = write_world(tmp_path / "world")
+    result = cli("eval", "--env", f"replay:{world}", "--policy", "cheapest", "--rename-labels", "1",
+                 "--out", str(tmp_path / "run"), "--no-progress")
+    assert result.returncode == 0, result.stderr
+    assert "warning: --rename-labels/--shuffle-labels do not change --policy cheapest" in result.stderr
+
+
 def test_options_a_catalog_makes_moot_and_paths_of_the_wrong_kind_are_named(tmp_path: Path) -> None:
     """--corpus with --config used to be ignored without a word; an empty catalog said "got NoneType"; a file
     given to `replay check` was "directory not found"; serve --trajectories under a file said the folder was

@@ -248,6 +248,13 @@ def eval_command(
         raise UserError(f"--policy is required for --env {env}")
     if config is not None and not policy.startswith("orchestrator:") and not judge:
         _warn_unused_config(config, policy)
+    if (rename_labels is not None or shuffle_labels is not None) and not policy.startswith(("orchestrator:", "reader")):
+        typer.secho(
+            f"warning: --rename-labels/--shuffle-labels do not change --policy {policy}: a baseline chooses a model "
+            "by its name, not by the label or row it is offered under",
+            fg="yellow",
+            err=True,
+        )
     request = EvalRequest(
         env=env,
         policy=policy,
