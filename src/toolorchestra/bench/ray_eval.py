@@ -21,7 +21,6 @@ from toolorchestra.bench.request import EvalRequest, request_policies, run_episo
 from toolorchestra.bench.rundir import TRAJECTORIES, finished, write_results
 from toolorchestra.envs.base import Task
 from toolorchestra.errors import UserError
-from toolorchestra.files import drop_torn_tail
 
 CHUNKS_PER_WORKER = 4
 
@@ -35,7 +34,6 @@ def run_eval_ray(
     if request.num_workers < 1:
         raise UserError(f"--num-workers {request.num_workers}: expected at least 1")
     path = request.out / TRAJECTORIES
-    drop_torn_tail(path)
     done = finished(path)
     pending = [task.id for task in tasks if any((policy.name, task.id) not in done for policy in policies)]
     if pending:

@@ -26,7 +26,7 @@ from toolorchestra.bench.metrics import summarize
 from toolorchestra.envs.base import Env, Task
 from toolorchestra.envs.capabilities import LabeledModels
 from toolorchestra.errors import UserError
-from toolorchestra.files import json_type, read_json_object
+from toolorchestra.files import drop_torn_tail, json_type, read_json_object
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +60,8 @@ def claim_dir(out: Path, manifest: dict[str, Any], outputs: Sequence[str] = (TRA
 
 
 def finished(path: Path) -> set[tuple[str, str]]:
+    """Every (policy, task id) saved in `path`, after cutting a line a kill tore (so appends start clean)."""
+    drop_torn_tail(path)
     if not path.exists():
         return set()
     return {(trajectory.policy, trajectory.task_id) for trajectory in read_saved_trajectories(path)}
