@@ -157,7 +157,7 @@ def build_report(paths: Sequence[Path], out: Path) -> dict[str, Path]:
         plot_preferences(preference_groups(runs), figures["preferences"])
     elif stale.exists():
         stale.unlink()  # from an earlier report into the same dir
-    on_front = _frontier_members(runs)
+    on_front = {id(run) for group in _groups(runs).values() for run in _front(group)}
     (out / "report.md").write_text(render_markdown(runs, on_front, figures), encoding="utf-8")
     (out / "report.html").write_text(render_html(runs, on_front, figures), encoding="utf-8")
     return {"markdown": out / "report.md", "html": out / "report.html", **figures}
@@ -170,14 +170,10 @@ def _groups(runs: Sequence[Run]) -> dict[str, list[Run]]:
     return groups
 
 
-def _frontier_members(runs: Sequence[Run]) -> set[int]:
-    """ids of the runs on their group's accuracy-vs-cost frontier (the oracle excluded)."""
-    members: set[int] = set()
-    for group in _groups(runs).values():
-        candidates = [run for run in group if run.kind != "oracle"]
-        points = [(run.cost_per_task, run.accuracy) for run in candidates]
-        members.update(id(candidates[i]) for i in pareto_front(points))
-    return members
+def _front(group: Sequence[Run]) -> list[Run]:
+    """The runs of one group on its accuracy-vs-cost frontier (the oracle excluded), by cost."""
+    candidates = [run for run in group if run.kind != "oracle"]
+    return [candidates[i] for i in pareto_front([(run.cost_per_task, run.accuracy) for run in candidates])]
 
 
 # --- figures -----------------------------------------------------------------------------------
@@ -265,8 +261,7 @@ def _draw_group(axis: Any, group: Sequence[Run]) -> None:
             label=f"{points[0].sweep} sweep (n={points[0].metrics['n']})",
             zorder=2,
         )
-    candidates = [run for run in group if run.kind != "oracle"]
-    front = [candidates[i] for i in pareto_front([(r.cost_per_task, r.accuracy) for r in candidates])]
+    front = _front(group)
     if len(front) > 1:
         axis.step(
             [cost_x(r) for r in front],
