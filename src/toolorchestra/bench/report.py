@@ -211,11 +211,15 @@ def _draw_group(axis: Any, group: Sequence[Run]) -> None:
     def cost_x(run: Run) -> float:
         return run.cost_per_task if run.cost_per_task > 0 else zero
 
+    def note(run: Run, text: str, **options: Any) -> None:
+        axis.annotate(text, (cost_x(run), run.accuracy), textcoords="offset points", **options)
+
+    sweeps: dict[str, list[Run]] = {}
     for run in group:
-        x = cost_x(run)
         if run.cost_per_task <= 0:
-            axis.annotate("$0", (x, run.accuracy), fontsize=8, xytext=(-14, -12), textcoords="offset points")
+            note(run, "$0", fontsize=8, xytext=(-14, -12))
         if run.kind == "sweep":
+            sweeps.setdefault(f"{run.sweep}@{run.extra.get('sweep_key', run.source)}", []).append(run)
             continue
         style = dict(_STYLE[run.kind])
         if run.kind == "baseline":
@@ -227,29 +231,11 @@ def _draw_group(axis: Any, group: Sequence[Run]) -> None:
         label = {"single": None, "oracle": "oracle (upper bound)"}.get(
             run.kind, f"{run.display} (n={run.metrics['n']})"
         )
-        axis.scatter([x], [run.accuracy], label=label, zorder=3, **style)
+        axis.scatter([cost_x(run)], [run.accuracy], label=label, zorder=3, **style)
         if run.kind == "orchestrator" and run.preference:
-            axis.annotate(
-                f"prefer {run.preference}",
-                (x, run.accuracy),
-                fontsize=8,
-                xytext=(6, -11),
-                textcoords="offset points",
-                color=style["color"],
-            )
+            note(run, f"prefer {run.preference}", fontsize=8, xytext=(6, -11), color=style["color"])
         if run.kind == "single":
-            axis.annotate(
-                _short(run.policy.split(":", 1)[1]),
-                (x, run.accuracy),
-                fontsize=7,
-                xytext=(4, 3),
-                textcoords="offset points",
-                color="0.3",
-            )
-    sweeps: dict[str, list[Run]] = {}
-    for run in group:
-        if run.kind == "sweep":
-            sweeps.setdefault(f"{run.sweep}@{run.extra.get('sweep_key', run.source)}", []).append(run)
+            note(run, _short(run.policy.split(":", 1)[1]), fontsize=7, xytext=(4, 3), color="0.3")
     for points in sweeps.values():
         points.sort(key=lambda run: run.cost_per_task)
         axis.plot(
@@ -327,7 +313,7 @@ def _stacked(
 
 # --- preference adherence -----------------------------------------------------------------------
 _SETTINGS = ("seed", "config", "max_turns", "max_tokens", "tools", "limit", "judge")  # must match, --prefer may not
-_PREFERENCE_ORDER = ("default", "accuracy", "cost", "latency")
+_PREFERENCE_ORDER = {"default": 0, "accuracy": 1, "cost": 2, "latency": 3}  # then any other, by name
 SELF = "orchestrator itself"
 NO_ANSWER = "no answer"
 
@@ -359,14 +345,7 @@ def preference_groups(runs: Sequence[Run]) -> list[PreferenceGroup]:
     groups = []
     for (policy, group, _), members in keyed.items():
         if len(members) >= 2:
-            members.sort(
-                key=lambda run: (
-                    _PREFERENCE_ORDER.index(run.preference_label)
-                    if run.preference_label in _PREFERENCE_ORDER
-                    else len(_PREFERENCE_ORDER),
-                    run.preference_label,
-                )
-            )
+            members.sort(key=lambda run: (_PREFERENCE_ORDER.get(run.preference_label, 4), run.preference_label))
             groups.append(PreferenceGroup(policy, group, members))
     return groups
 
