@@ -306,8 +306,7 @@ def _stacked(
         widths = [run.metrics.get(field_name, {}).get(key, 0) / max(run.metrics["n"], 1) for run in runs]
         axis.barh(positions, widths, left=left, color=color, label=_short(key))
         left = [a + b for a, b in zip(left, widths, strict=True)]
-    axis.set_yticks(positions)
-    axis.set_yticklabels(names, fontsize=8)
+    axis.set_yticks(positions, names, fontsize=8)
     axis.invert_yaxis()
 
 
@@ -477,8 +476,7 @@ def plot_preferences(groups: Sequence[PreferenceGroup], path: Path) -> None:
         dollars.bar_label(cost, labels=[f"{run.cost_per_task:.2g}" for run in group.runs], fontsize=8)
         dollars.set_ylim(0, max([run.cost_per_task for run in group.runs] + [1e-9]) * 1.2)
         dollars.set_ylabel("dollars per task")
-        bars.set_xticks(x)
-        bars.set_xticklabels([f"prefer {label}" for label in labels])
+        bars.set_xticks(x, [f"prefer {label}" for label in labels])
         bars.legend(handles=[accuracy, cost], fontsize=8, loc="upper left")
         bars.set_title(f"{group.title}: accuracy and cost per preference", fontsize=10)
         distributions = [answer_distribution(run) for run in group.runs]
@@ -498,8 +496,7 @@ def plot_preferences(groups: Sequence[PreferenceGroup], path: Path) -> None:
             color = {SELF: "0.3", NO_ANSWER: "0.85"}.get(name, palette(index % 20))
             stack.bar(x, shares, 0.6, bottom=bottom, color=color, label=_short(name), edgecolor="white", linewidth=0.5)
             bottom += shares
-        stack.set_xticks(x)
-        stack.set_xticklabels([f"prefer {label}" for label in labels])
+        stack.set_xticks(x, [f"prefer {label}" for label in labels])
         stack.set_ylim(0, 1)
         stack.set_ylabel("share of tasks")
         stack.set_title("who gave the final answer (answered_by)", fontsize=10)
