@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from toolorchestra.agent.preference import Preference
 from toolorchestra.agent.trajectory import write_trajectory
 from toolorchestra.bench.policies import Policy
 from toolorchestra.bench.progress import ProgressBar
@@ -69,8 +70,6 @@ def run_eval(request: EvalRequest) -> dict[str, Any]:
 
 def check_preferred_tools(prefer: str, env: Env, tasks: Sequence[Task]) -> None:
     """A `--prefer tool:NAME` must name a tool or a label the env offers on some task: a typo would weigh nothing."""
-    from toolorchestra.agent.preference import Preference
-
     preference = Preference.parse(prefer)
     if not preference.tools:
         return

@@ -31,6 +31,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from toolorchestra.agent.engine import assistant_message, run_calls, tool_message, tool_step
+from toolorchestra.agent.loop import Orchestrator
 from toolorchestra.agent.paper import PaperProtocol
 from toolorchestra.agent.preference import Preference
 from toolorchestra.agent.reader import Offer, Plan, PlanTable, all_outcomes, choose, choose_plan, offers, task_types
@@ -688,8 +689,6 @@ class OrchestratorPolicy(Policy):
         tools: Sequence[str] | None = None,
         protocol: PaperProtocol | None = None,
     ) -> None:
-        from toolorchestra.agent.loop import Orchestrator
-
         self.name = name
         self.backend = backend
         self.short_prompt = short_prompt

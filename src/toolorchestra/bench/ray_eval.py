@@ -17,7 +17,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from toolorchestra.bench.request import EvalRequest, request_policies, run_episode
+from toolorchestra.agent.trajectory import write_trajectory
+from toolorchestra.bench.request import EvalRequest, build_env, request_policies, run_episode
 from toolorchestra.bench.rundir import TRAJECTORIES, finished, write_results
 from toolorchestra.envs.base import Task
 from toolorchestra.errors import UserError
@@ -29,8 +30,6 @@ def run_eval_ray(
     request: EvalRequest, policies: Sequence[Any], tasks: Sequence[Task], env: Any = None
 ) -> dict[str, Any]:
     """Play the pending episodes on Ray actors; write and return the metrics as `evaluate` does."""
-    from toolorchestra.agent.trajectory import write_trajectory
-
     if request.num_workers < 1:
         raise UserError(f"--num-workers {request.num_workers}: expected at least 1")
     path = request.out / TRAJECTORIES
@@ -104,8 +103,6 @@ class EvalWorker:
     """One Ray actor: the request's env and policies, built once, playing chunks of tasks."""
 
     def __init__(self, request: EvalRequest) -> None:
-        from toolorchestra.bench.request import build_env
-
         self.request = request
         self.env = build_env(request)
         self.tasks = {task.id: task for task in self.env.tasks(request.split)}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from toolorchestra.agent.trajectory import Step, Trajectory
+from toolorchestra.agent.trajectory import Step, Trajectory, write_trajectory
 from toolorchestra.cli.console import console as cli_console
 from toolorchestra.cli.console import table
 from toolorchestra.errors import UserError
@@ -112,8 +112,6 @@ def run(
 
     trajectory = asyncio.run(episode())
     if save:
-        from toolorchestra.agent.trajectory import write_trajectory
-
         write_trajectory(save, trajectory)
     if as_json:
         typer.echo(json.dumps(trajectory.to_record(), indent=2, ensure_ascii=False))
