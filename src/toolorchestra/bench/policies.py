@@ -85,11 +85,6 @@ class RecordedWorld(Protocol):
     def answer_key(self, task: Task, text: str) -> str | None: ...
 
 
-def has_gold_actions(env: Env) -> bool:
-    """Whether the env's tasks carry `meta["gold_actions"]` and `meta["required_facts"]` (toolscale)."""
-    return isinstance(env, GoldActionTasks) and bool(env.gold_actions)
-
-
 class Policy(ABC):
     """Solves one task with the given tools; `name` is its spec, stored in every trajectory."""
 
@@ -331,7 +326,7 @@ def parse_policy(
         return [orchestrator(argument)]
     if kind in GOLD_POLICIES:
         _no_argument(spec, argument)
-        if not has_gold_actions(env):
+        if not (isinstance(env, GoldActionTasks) and env.gold_actions):
             raise UserError(
                 f"--policy {spec}: needs tasks that carry gold actions, which env {env.name!r} does "
                 "not have; gold and noop run on toolscale:<domain> and toolscale:all"
