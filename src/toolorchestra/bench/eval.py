@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from toolorchestra.agent.preference import Preference
 from toolorchestra.agent.trajectory import write_trajectory
 from toolorchestra.bench.policies import Policy
 from toolorchestra.bench.progress import ProgressBar
@@ -28,10 +29,9 @@ from toolorchestra.bench.request import (
 from toolorchestra.bench.rundir import TRAJECTORIES, claim_dir, finished, write_results
 from toolorchestra.envs.base import Env, Task
 from toolorchestra.errors import UserError
-from toolorchestra.files import drop_torn_tail
 
 # Re-exported: callers name the eval entry points and the dir helpers through this module.
-__all__ = ["EvalRequest", "claim_dir", "drop_torn_tail", "evaluate", "local_orchestrators", "run_episode", "run_eval"]
+__all__ = ["EvalRequest", "claim_dir", "evaluate", "local_orchestrators", "run_episode", "run_eval"]
 
 
 def run_eval(request: EvalRequest) -> dict[str, Any]:
@@ -70,8 +70,6 @@ def run_eval(request: EvalRequest) -> dict[str, Any]:
 
 def check_preferred_tools(prefer: str, env: Env, tasks: Sequence[Task]) -> None:
     """A `--prefer tool:NAME` must name a tool or a label the env offers on some task: a typo would weigh nothing."""
-    from toolorchestra.agent.preference import Preference
-
     preference = Preference.parse(prefer)
     if not preference.tools:
         return
@@ -115,7 +113,6 @@ async def evaluate(
     """Run every (policy, task) episode not yet in out/trajectories.jsonl; return the metrics."""
     out.mkdir(parents=True, exist_ok=True)
     path = out / TRAJECTORIES
-    drop_torn_tail(path)
     done = finished(path)
     jobs = [(policy, task) for policy in policies for task in tasks if (policy.name, task.id) not in done]
     for policy in policies:

@@ -49,7 +49,7 @@ def summarize(trajectories: Sequence[Trajectory]) -> dict[str, Any]:
         "stop_reasons": dict(sorted(Counter(t.stop_reason or "none" for t in trajectories).items())),
         "malformed_calls": sum(trajectory.malformed_calls() for trajectory in trajectories),
         "errors": len(failures),
-        "first_errors": _first_distinct(failures, MAX_FIRST_ERRORS),
+        "first_errors": list(dict.fromkeys(failures))[:MAX_FIRST_ERRORS],
         "scoring": dict(sorted(Counter(str(t.score_details.get("method", "none")) for t in trajectories).items())),
         "per_subtask": _per_subtask(trajectories),
         **_live_accounting(trajectories),
@@ -62,15 +62,13 @@ def by_role(trajectories: Sequence[Trajectory]) -> dict[str, dict[str, float]]:
     (`judge`), since its dollars are not the episode's."""
     roles: dict[str, dict[str, float]] = {}
 
-    def add(role: str, calls: int, cost: float, prompt: int, completion: int, latency: float) -> None:
+    def add(role: str, *usage: float) -> None:
+        """`usage`: calls, cost_usd, prompt_tokens, completion_tokens, latency_s (the entry's order)."""
         entry = roles.setdefault(
             role, {"calls": 0, "cost_usd": 0.0, "prompt_tokens": 0, "completion_tokens": 0, "latency_s": 0.0}
         )
-        entry["calls"] += calls
-        entry["cost_usd"] += cost
-        entry["prompt_tokens"] += prompt
-        entry["completion_tokens"] += completion
-        entry["latency_s"] += latency
+        for key, value in zip(entry, usage, strict=True):
+            entry[key] += value
 
     for trajectory in trajectories:
         for step in trajectory.steps:
@@ -133,16 +131,6 @@ def episode_error(trajectory: Trajectory) -> str | None:
     if trajectory.stop_reason == "error":
         return next((step.error for step in reversed(trajectory.steps) if step.error), "stopped with an error")
     return None
-
-
-def _first_distinct(errors: Sequence[str], limit: int) -> list[str]:
-    shown: list[str] = []
-    for error in errors:
-        if error not in shown:
-            shown.append(error)
-            if len(shown) == limit:
-                break
-    return shown
 
 
 def _latency(latencies: np.ndarray) -> dict[str, float]:

@@ -10,7 +10,7 @@ per preference). Each entry must hold the fields report and export-results read;
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -52,21 +52,15 @@ def read_metrics(path: Path) -> dict[str, Any]:
 
 
 def _check_entries(path: Path, field: str, entries: object, kind: type, need_policy: bool) -> None:
-    for key, entry in _keyed(path, field, entries, kind):
+    """Each entry of a non-empty array (kind list) or object (kind dict), named by its index or key."""
+    if not isinstance(entries, kind) or not entries:
+        wanted = "a non-empty array of metrics" if kind is list else "a non-empty object of preference -> metrics"
+        raise UserError(f"{path}: field '{field}': expected {wanted}, got {json_type(entries)}")
+    for key, entry in entries.items() if isinstance(entries, dict) else enumerate(cast(list[Any], entries)):
         where = f"{field}.{key}"
         if not isinstance(entry, dict):
             raise UserError(f"{path}: field '{where}': expected an object of metrics, got {json_type(entry)}")
         _check_entry(path, f"{where}.", entry, need_policy)
-
-
-def _keyed(path: Path, field: str, entries: object, kind: type) -> list[tuple[object, object]]:
-    """The (index or key, entry) pairs of a non-empty array (kind list) or object (kind dict)."""
-    if kind is list and isinstance(entries, list) and entries:
-        return list(enumerate(entries))
-    if kind is dict and isinstance(entries, dict) and entries:
-        return list(entries.items())
-    wanted = "a non-empty array of metrics" if kind is list else "a non-empty object of preference -> metrics"
-    raise UserError(f"{path}: field '{field}': expected {wanted}, got {json_type(entries)}")
 
 
 def _check_entry(path: Path, prefix: str, entry: dict[str, Any], need_policy: bool) -> None:

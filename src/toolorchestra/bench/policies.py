@@ -23,7 +23,7 @@ import math
 import random
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -31,6 +31,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from toolorchestra.agent.engine import assistant_message, run_calls, tool_message, tool_step
+from toolorchestra.agent.loop import Orchestrator
 from toolorchestra.agent.paper import PaperProtocol
 from toolorchestra.agent.preference import Preference
 from toolorchestra.agent.reader import Offer, Plan, PlanTable, all_outcomes, choose, choose_plan, offers, task_types
@@ -84,11 +85,6 @@ class RecordedWorld(Protocol):
     def answer_key(self, task: Task, text: str) -> str | None: ...
 
 
-def has_gold_actions(env: Env) -> bool:
-    """Whether the env's tasks carry `meta["gold_actions"]` and `meta["required_facts"]` (toolscale)."""
-    return isinstance(env, GoldActionTasks) and bool(env.gold_actions)
-
-
 class Policy(ABC):
     """Solves one task with the given tools; `name` is its spec, stored in every trajectory."""
 
@@ -137,18 +133,25 @@ class ScriptedEpisode:
         return self.trajectory
 
 
-class ChooseModelPolicy(Policy):
-    """Answers with one model chosen per task: `answer(model=...)`, one call, its recorded cost."""
+class ScriptedPolicy(Policy):
+    """Makes the calls `script(task)` lists, one per turn, through the episode's own tools."""
 
-    def __init__(self, name: str, world: RecordedWorld, choose: Callable[[Task], str]) -> None:
+    def __init__(self, name: str, script: Callable[[Task], Iterable[tuple[str, dict[str, Any]]]]) -> None:
         self.name = name
-        self.world = world
-        self._choose = choose
+        self._script = script
 
     async def run(self, task: Task, tools: list[Tool]) -> Trajectory:
         episode = ScriptedEpisode(task, tools, self.name)
-        await episode.calls(("answer", {"model": self.world.label(self._choose(task))}))
+        for call in self._script(task):
+            await episode.calls(call)
         return episode.finish()
+
+
+class ChooseModelPolicy(ScriptedPolicy):
+    """Answers with one model chosen per task: `answer(model=...)`, one call, its recorded cost."""
+
+    def __init__(self, name: str, world: RecordedWorld, choose: Callable[[Task], str]) -> None:
+        super().__init__(name, lambda task: [("answer", {"model": world.label(choose(task))})])
 
 
 @dataclass(frozen=True)
@@ -207,30 +210,13 @@ class RouterPolicy(ChooseModelPolicy):
         return self.router.choose(self._probabilities[task.id], self.threshold)
 
 
-class GoldPolicy(Policy):
-    """Replays the task's gold actions, one per turn, through the episode's own tools, then answers
-    with the facts the task requires (a refusal with none: a plain refusal). It goes through the
-    real tools and scorer, so anything short of accuracy 1.0 is a bug in the env or its checker."""
-
-    name = "gold"
-
-    async def run(self, task: Task, tools: list[Tool]) -> Trajectory:
-        episode = ScriptedEpisode(task, tools, self.name)
-        for action in task.meta["gold_actions"]:
-            await episode.calls((action["name"], dict(action["arguments"])))
-        await episode.calls(("answer", {"answer": gold_answer(task)}))
-        return episode.finish()
-
-
-class NoopPolicy(Policy):
-    """Answers at once without any tool call: the floor (0 on every task that needs a write)."""
-
-    name = "noop"
-
-    async def run(self, task: Task, tools: list[Tool]) -> Trajectory:
-        episode = ScriptedEpisode(task, tools, self.name)
-        await episode.calls(("answer", {"answer": NOOP_ANSWER}))
-        return episode.finish()
+def gold_script(task: Task) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The gold policy's calls: the task's gold actions, one per turn, then an answer with the facts the task
+    requires (a refusal with none: a plain refusal). They go through the real tools and scorer, so anything
+    short of accuracy 1.0 is a bug in the env or its checker."""
+    for action in task.meta["gold_actions"]:
+        yield action["name"], dict(action["arguments"])
+    yield "answer", {"answer": gold_answer(task)}
 
 
 # --- outcomes of the train split, the basis of every fitted baseline ---------------------------
@@ -340,12 +326,15 @@ def parse_policy(
         return [orchestrator(argument)]
     if kind in GOLD_POLICIES:
         _no_argument(spec, argument)
-        if not has_gold_actions(env):
+        if not (isinstance(env, GoldActionTasks) and env.gold_actions):
             raise UserError(
                 f"--policy {spec}: needs tasks that carry gold actions, which env {env.name!r} does "
                 "not have; gold and noop run on toolscale:<domain> and toolscale:all"
             )
-        return [GoldPolicy() if kind == "gold" else NoopPolicy()]
+        if kind == "gold":
+            return [ScriptedPolicy(kind, gold_script)]
+        # noop answers at once without any tool call: the floor (0 on every task that needs a write)
+        return [ScriptedPolicy(kind, lambda task: [("answer", {"answer": NOOP_ANSWER})])]
     if kind not in {"single", "random", "cheapest", "per-subtask", "cascade", "router", "oracle"}:
         raise UserError(f"--policy {spec!r}: unknown policy; valid: {', '.join(POLICY_FORMS)}")
     if not isinstance(env, RecordedWorld):
@@ -354,6 +343,8 @@ def parse_policy(
             "use orchestrator:MODEL"
         )
     models = env.models()
+    if kind in ("random", "oracle", "cheapest", "per-subtask"):
+        _no_argument(spec, argument)
     if kind == "single":
         if argument not in models:
             raise UserError(
@@ -361,18 +352,14 @@ def parse_policy(
             )
         return [ChooseModelPolicy(spec, env, lambda task: argument)]
     if kind == "random":
-        _no_argument(spec, argument)
         return [ChooseModelPolicy(spec, env, lambda task: random.Random(f"{seed}:{task.id}").choice(models))]
     if kind == "oracle":
-        _no_argument(spec, argument)
         return [ChooseModelPolicy(spec, env, lambda task: _oracle_choice(env, task))]
     train = outcomes(env, env.tasks("train"))
     if kind == "cheapest":
-        _no_argument(spec, argument)
         cheapest = train.models[int(np.argmin(train.cost.mean(axis=0)))]
         return [ChooseModelPolicy(spec, env, lambda task: cheapest)]
     if kind == "per-subtask":
-        _no_argument(spec, argument)
         overall = _best_model(train)
         best = {name: _best_model(train.subset(rows)) for name, rows in _by_subtask(train).items()}
         return [ChooseModelPolicy(spec, env, lambda task: best.get(task.subtask, overall))]
@@ -697,8 +684,6 @@ class OrchestratorPolicy(Policy):
         tools: Sequence[str] | None = None,
         protocol: PaperProtocol | None = None,
     ) -> None:
-        from toolorchestra.agent.loop import Orchestrator
-
         self.name = name
         self.backend = backend
         self.short_prompt = short_prompt

@@ -17,11 +17,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from toolorchestra.bench.request import EvalRequest, request_policies, run_episode
+from toolorchestra.agent.trajectory import write_trajectory
+from toolorchestra.bench.request import EvalRequest, build_env, request_policies, run_episode
 from toolorchestra.bench.rundir import TRAJECTORIES, finished, write_results
 from toolorchestra.envs.base import Task
 from toolorchestra.errors import UserError
-from toolorchestra.files import drop_torn_tail
 
 CHUNKS_PER_WORKER = 4
 
@@ -30,12 +30,9 @@ def run_eval_ray(
     request: EvalRequest, policies: Sequence[Any], tasks: Sequence[Task], env: Any = None
 ) -> dict[str, Any]:
     """Play the pending episodes on Ray actors; write and return the metrics as `evaluate` does."""
-    from toolorchestra.agent.trajectory import write_trajectory
-
     if request.num_workers < 1:
         raise UserError(f"--num-workers {request.num_workers}: expected at least 1")
     path = request.out / TRAJECTORIES
-    drop_torn_tail(path)
     done = finished(path)
     pending = [task.id for task in tasks if any((policy.name, task.id) not in done for policy in policies)]
     if pending:
@@ -106,8 +103,6 @@ class EvalWorker:
     """One Ray actor: the request's env and policies, built once, playing chunks of tasks."""
 
     def __init__(self, request: EvalRequest) -> None:
-        from toolorchestra.bench.request import build_env
-
         self.request = request
         self.env = build_env(request)
         self.tasks = {task.id: task for task in self.env.tasks(request.split)}

@@ -157,7 +157,7 @@ def build_report(paths: Sequence[Path], out: Path) -> dict[str, Path]:
         plot_preferences(preference_groups(runs), figures["preferences"])
     elif stale.exists():
         stale.unlink()  # from an earlier report into the same dir
-    on_front = _frontier_members(runs)
+    on_front = {id(run) for group in _groups(runs).values() for run in _front(group)}
     (out / "report.md").write_text(render_markdown(runs, on_front, figures), encoding="utf-8")
     (out / "report.html").write_text(render_html(runs, on_front, figures), encoding="utf-8")
     return {"markdown": out / "report.md", "html": out / "report.html", **figures}
@@ -170,14 +170,10 @@ def _groups(runs: Sequence[Run]) -> dict[str, list[Run]]:
     return groups
 
 
-def _frontier_members(runs: Sequence[Run]) -> set[int]:
-    """ids of the runs on their group's accuracy-vs-cost frontier (the oracle excluded)."""
-    members: set[int] = set()
-    for group in _groups(runs).values():
-        candidates = [run for run in group if run.kind != "oracle"]
-        points = [(run.cost_per_task, run.accuracy) for run in candidates]
-        members.update(id(candidates[i]) for i in pareto_front(points))
-    return members
+def _front(group: Sequence[Run]) -> list[Run]:
+    """The runs of one group on its accuracy-vs-cost frontier (the oracle excluded), by cost."""
+    candidates = [run for run in group if run.kind != "oracle"]
+    return [candidates[i] for i in pareto_front([(run.cost_per_task, run.accuracy) for run in candidates])]
 
 
 # --- figures -----------------------------------------------------------------------------------
@@ -215,11 +211,15 @@ def _draw_group(axis: Any, group: Sequence[Run]) -> None:
     def cost_x(run: Run) -> float:
         return run.cost_per_task if run.cost_per_task > 0 else zero
 
+    def note(run: Run, text: str, **options: Any) -> None:
+        axis.annotate(text, (cost_x(run), run.accuracy), textcoords="offset points", **options)
+
+    sweeps: dict[str, list[Run]] = {}
     for run in group:
-        x = cost_x(run)
         if run.cost_per_task <= 0:
-            axis.annotate("$0", (x, run.accuracy), fontsize=8, xytext=(-14, -12), textcoords="offset points")
+            note(run, "$0", fontsize=8, xytext=(-14, -12))
         if run.kind == "sweep":
+            sweeps.setdefault(f"{run.sweep}@{run.extra.get('sweep_key', run.source)}", []).append(run)
             continue
         style = dict(_STYLE[run.kind])
         if run.kind == "baseline":
@@ -231,29 +231,11 @@ def _draw_group(axis: Any, group: Sequence[Run]) -> None:
         label = {"single": None, "oracle": "oracle (upper bound)"}.get(
             run.kind, f"{run.display} (n={run.metrics['n']})"
         )
-        axis.scatter([x], [run.accuracy], label=label, zorder=3, **style)
+        axis.scatter([cost_x(run)], [run.accuracy], label=label, zorder=3, **style)
         if run.kind == "orchestrator" and run.preference:
-            axis.annotate(
-                f"prefer {run.preference}",
-                (x, run.accuracy),
-                fontsize=8,
-                xytext=(6, -11),
-                textcoords="offset points",
-                color=style["color"],
-            )
+            note(run, f"prefer {run.preference}", fontsize=8, xytext=(6, -11), color=style["color"])
         if run.kind == "single":
-            axis.annotate(
-                _short(run.policy.split(":", 1)[1]),
-                (x, run.accuracy),
-                fontsize=7,
-                xytext=(4, 3),
-                textcoords="offset points",
-                color="0.3",
-            )
-    sweeps: dict[str, list[Run]] = {}
-    for run in group:
-        if run.kind == "sweep":
-            sweeps.setdefault(f"{run.sweep}@{run.extra.get('sweep_key', run.source)}", []).append(run)
+            note(run, _short(run.policy.split(":", 1)[1]), fontsize=7, xytext=(4, 3), color="0.3")
     for points in sweeps.values():
         points.sort(key=lambda run: run.cost_per_task)
         axis.plot(
@@ -265,8 +247,7 @@ def _draw_group(axis: Any, group: Sequence[Run]) -> None:
             label=f"{points[0].sweep} sweep (n={points[0].metrics['n']})",
             zorder=2,
         )
-    candidates = [run for run in group if run.kind != "oracle"]
-    front = [candidates[i] for i in pareto_front([(r.cost_per_task, r.accuracy) for r in candidates])]
+    front = _front(group)
     if len(front) > 1:
         axis.step(
             [cost_x(r) for r in front],
@@ -325,14 +306,13 @@ def _stacked(
         widths = [run.metrics.get(field_name, {}).get(key, 0) / max(run.metrics["n"], 1) for run in runs]
         axis.barh(positions, widths, left=left, color=color, label=_short(key))
         left = [a + b for a, b in zip(left, widths, strict=True)]
-    axis.set_yticks(positions)
-    axis.set_yticklabels(names, fontsize=8)
+    axis.set_yticks(positions, names, fontsize=8)
     axis.invert_yaxis()
 
 
 # --- preference adherence -----------------------------------------------------------------------
 _SETTINGS = ("seed", "config", "max_turns", "max_tokens", "tools", "limit", "judge")  # must match, --prefer may not
-_PREFERENCE_ORDER = ("default", "accuracy", "cost", "latency")
+_PREFERENCE_ORDER = {"default": 0, "accuracy": 1, "cost": 2, "latency": 3}  # then any other, by name
 SELF = "orchestrator itself"
 NO_ANSWER = "no answer"
 
@@ -364,14 +344,7 @@ def preference_groups(runs: Sequence[Run]) -> list[PreferenceGroup]:
     groups = []
     for (policy, group, _), members in keyed.items():
         if len(members) >= 2:
-            members.sort(
-                key=lambda run: (
-                    _PREFERENCE_ORDER.index(run.preference_label)
-                    if run.preference_label in _PREFERENCE_ORDER
-                    else len(_PREFERENCE_ORDER),
-                    run.preference_label,
-                )
-            )
+            members.sort(key=lambda run: (_PREFERENCE_ORDER.get(run.preference_label, 4), run.preference_label))
             groups.append(PreferenceGroup(policy, group, members))
     return groups
 
@@ -503,8 +476,7 @@ def plot_preferences(groups: Sequence[PreferenceGroup], path: Path) -> None:
         dollars.bar_label(cost, labels=[f"{run.cost_per_task:.2g}" for run in group.runs], fontsize=8)
         dollars.set_ylim(0, max([run.cost_per_task for run in group.runs] + [1e-9]) * 1.2)
         dollars.set_ylabel("dollars per task")
-        bars.set_xticks(x)
-        bars.set_xticklabels([f"prefer {label}" for label in labels])
+        bars.set_xticks(x, [f"prefer {label}" for label in labels])
         bars.legend(handles=[accuracy, cost], fontsize=8, loc="upper left")
         bars.set_title(f"{group.title}: accuracy and cost per preference", fontsize=10)
         distributions = [answer_distribution(run) for run in group.runs]
@@ -524,8 +496,7 @@ def plot_preferences(groups: Sequence[PreferenceGroup], path: Path) -> None:
             color = {SELF: "0.3", NO_ANSWER: "0.85"}.get(name, palette(index % 20))
             stack.bar(x, shares, 0.6, bottom=bottom, color=color, label=_short(name), edgecolor="white", linewidth=0.5)
             bottom += shares
-        stack.set_xticks(x)
-        stack.set_xticklabels([f"prefer {label}" for label in labels])
+        stack.set_xticks(x, [f"prefer {label}" for label in labels])
         stack.set_ylim(0, 1)
         stack.set_ylabel("share of tasks")
         stack.set_title("who gave the final answer (answered_by)", fontsize=10)

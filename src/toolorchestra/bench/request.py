@@ -5,6 +5,7 @@ neither imports the other's helpers."""
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +15,8 @@ from toolorchestra.agent.engine import serving
 from toolorchestra.agent.paper import PaperProtocol
 from toolorchestra.agent.preference import Preference
 from toolorchestra.agent.trajectory import Trajectory
+from toolorchestra.backends.base import Backend
+from toolorchestra.backends.pool import ModelPool, make_backend
 from toolorchestra.bench.policies import (
     PROFILE_PER_TYPE,
     READER_PROFILE_PER_TYPE,
@@ -21,9 +24,11 @@ from toolorchestra.bench.policies import (
     Policy,
     parse_policy,
 )
+from toolorchestra.catalog import LatencyPrior, LocalBackendSpec, ModelSpec, Price, load_catalog
 from toolorchestra.envs.base import Env, Task
 from toolorchestra.envs.capabilities import AsyncScoring, LabeledModels, ModelWorld
 from toolorchestra.errors import UserError
+from toolorchestra.tools.llm import random_labels
 
 LOCAL_ORCHESTRATORS = ("smollm2-135m",)  # the untrained embedded model; trained ones ship as adapters
 
@@ -140,15 +145,11 @@ def _apply_label_options(env: Env, request: EvalRequest) -> None:
     shown = request.shown_profiles()
     if request.rename_labels is None and request.shuffle_labels is None and shown == "none":
         return
-    import random
-
     from toolorchestra.envs.replay.base import ReplayEnv
 
     if not isinstance(env, ReplayEnv):
         raise UserError(f"--rename-labels/--shuffle-labels/--profiles apply to replay worlds, not to {env.name}")
     if request.rename_labels is not None:
-        from toolorchestra.tools.llm import random_labels
-
         env.relabel(random_labels(env.models(), random.Random(request.rename_labels)))
     if request.shuffle_labels is not None:
         order = env.models()
@@ -231,8 +232,6 @@ def _env_options(request: EvalRequest) -> dict[str, Any]:
     from toolorchestra.envs.registry import is_live
 
     if is_live(request.env):
-        from toolorchestra.catalog import load_catalog
-
         return {
             "catalog": load_catalog(request.config) if request.config is not None else None,
             "judge": request.judge or "auto",
@@ -246,17 +245,20 @@ def _env_options(request: EvalRequest) -> dict[str, Any]:
         )
     if request.config is None:
         raise UserError("--judge NAME needs --config CATALOG naming that model (e.g. an OpenAI-compatible server)")
-    from toolorchestra.backends.pool import ModelPool
-    from toolorchestra.catalog import load_catalog
     from toolorchestra.envs.replay.judge import LLMJudge
 
-    catalog = load_catalog(request.config)
+    _, backend = _config_model(request.config, request.judge, f"--judge {request.judge}: no such model")
+    return {"judge": LLMJudge(backend)}
+
+
+def _config_model(config: Path, name: str, problem: str) -> tuple[ModelSpec, Backend]:
+    """The spec and backend of model `name` of the catalog `config`; a UserError starting with `problem` (and
+    listing the catalog's models) when it has none of that name."""
+    catalog = load_catalog(config)
     names = [spec.name for spec in catalog.models]
-    if request.judge not in names:
-        raise UserError(
-            f"--judge {request.judge}: no such model in --config {request.config}; its models are {', '.join(names)}"
-        )
-    return {"judge": LLMJudge(ModelPool(catalog.models).backend(request.judge))}
+    if name not in names:
+        raise UserError(f"{problem} in --config {config}; its models are {', '.join(names)}")
+    return catalog.model(name), ModelPool(catalog.models).backend(name)
 
 
 def request_policies(request: EvalRequest, env: Env) -> list[Policy]:
@@ -272,21 +274,8 @@ def request_policies(request: EvalRequest, env: Env) -> list[Policy]:
 
 def orchestrator_factory(request: EvalRequest) -> Callable[[str], Policy]:
     def build(model: str) -> Policy:
-        from toolorchestra.backends.pool import ModelPool, make_backend
-        from toolorchestra.catalog.schema import LatencyPrior, LocalBackendSpec, ModelSpec, Price
-
         if request.config is not None:
-            from toolorchestra.catalog import load_catalog
-
-            catalog = load_catalog(request.config)
-            names = [spec.name for spec in catalog.models]
-            if model not in names:
-                raise UserError(
-                    f"--policy orchestrator:{model}: no model {model!r} in --config {request.config}; "
-                    f"its models are {', '.join(names)}"
-                )
-            spec = catalog.model(model)
-            backend = ModelPool(catalog.models).backend(model)
+            spec, backend = _config_model(request.config, model, f"--policy orchestrator:{model}: no model {model!r}")
         elif model in local_orchestrators() or Path(model).exists():
             spec = ModelSpec(
                 name=model,

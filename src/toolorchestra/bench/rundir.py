@@ -20,13 +20,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pydantic
+
 from toolorchestra.agent.trajectory import Trajectory
 from toolorchestra.bench.decisions import first_saved, write_eval_decisions
 from toolorchestra.bench.metrics import summarize
 from toolorchestra.envs.base import Env, Task
 from toolorchestra.envs.capabilities import LabeledModels
 from toolorchestra.errors import UserError
-from toolorchestra.files import json_type, read_json_object
+from toolorchestra.files import drop_torn_tail, json_type, read_json_object, read_lines
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +62,8 @@ def claim_dir(out: Path, manifest: dict[str, Any], outputs: Sequence[str] = (TRA
 
 
 def finished(path: Path) -> set[tuple[str, str]]:
+    """Every (policy, task id) saved in `path`, after cutting a line a kill tore (so appends start clean)."""
+    drop_torn_tail(path)
     if not path.exists():
         return set()
     return {(trajectory.policy, trajectory.task_id) for trajectory in read_saved_trajectories(path)}
@@ -72,10 +76,6 @@ def read_saved_trajectories(path: Path) -> list[Trajectory]:
     (as `read_trajectories` skips it when the metrics are collected). Any other bad line (not UTF-8, not a JSON
     object, not a trajectory, longer than the line limit) means the file is not one this runner wrote: the run is
     refused with one message naming the file, the line and the field, and nothing in the file is changed."""
-    import pydantic
-
-    from toolorchestra.files import read_lines
-
     where = f"{path} (resuming --out {path.parent})"
     trajectories = []
     for number, raw in read_lines(path):
@@ -115,8 +115,6 @@ _LEAVE_IT = "The file was left as it is: move it (or that line) away to resume, 
 
 
 def _first_problem(exc: Exception) -> str:
-    import pydantic
-
     if not isinstance(exc, pydantic.ValidationError):
         return "nested too deeply to read"
     error = exc.errors()[0]

@@ -107,32 +107,6 @@ def record(
     seconds to OUT as a replay world (then: replay check, profile --env replay:OUT, run --policy reader)."""
     import asyncio
 
-    tallies = asyncio.run(_record(questions, config, out, tool, models, limit, concurrency, judge, not no_progress))
-    _print_tallies(tallies, out)
-    failed = [tally for tally in tallies if tally.errors]
-    if failed:
-        first = "; ".join(f"{tally.model}: {tally.errors[0]}" for tally in failed[:3])
-        calls = sum(len(tally.errors) for tally in failed)
-        every = all(tally.recorded == 0 and tally.skipped == 0 for tally in tallies)
-        if every:
-            raise EvalError(f"every call failed, so nothing was written ({first}); check the endpoints and rerun")
-        raise EvalError(
-            f"{calls} calls failed and nothing was written for them ({first}); the answers that came back are "
-            "kept, and rerunning the same command asks only what is missing"
-        )
-
-
-async def _record(
-    questions: Path,
-    config: Path,
-    out: Path,
-    tool: str,
-    models: str | None,
-    limit: int | None,
-    concurrency: int,
-    judge: str | None,
-    progress: bool,
-) -> list[ModelTally]:
     from toolorchestra.backends.pool import ModelPool
     from toolorchestra.bench.record import check_questions, record_answers, recorded_labels
     from toolorchestra.catalog import load_catalog
@@ -146,15 +120,31 @@ async def _record(
         raise UserError(f"--judge {judge}: no such model in {config}; its models: {', '.join(names)}")
     tasks = read_questions(questions)[:limit]
     check_questions(tasks, out)
-    pool = ModelPool(catalog.models)
-    try:
-        tools = build_tools(catalog.tools, pool)
-        wanted = [name.strip() for name in models.split(",") if name.strip()] if models else None
-        labels = recorded_labels(tools, tool, wanted)
-        grader = LiveJudge(pool, judge) if judge is not None else None
-        return await record_answers(tools, tool, labels, tasks, out, concurrency, grader, progress)
-    finally:
-        await pool.aclose()
+
+    async def record_all() -> list[ModelTally]:
+        pool = ModelPool(catalog.models)
+        try:
+            tools = build_tools(catalog.tools, pool)
+            wanted = [name.strip() for name in models.split(",") if name.strip()] if models else None
+            labels = recorded_labels(tools, tool, wanted)
+            grader = LiveJudge(pool, judge) if judge is not None else None
+            return await record_answers(tools, tool, labels, tasks, out, concurrency, grader, not no_progress)
+        finally:
+            await pool.aclose()
+
+    tallies = asyncio.run(record_all())
+    _print_tallies(tallies, out)
+    failed = [tally for tally in tallies if tally.errors]
+    if failed:
+        first = "; ".join(f"{tally.model}: {tally.errors[0]}" for tally in failed[:3])
+        calls = sum(len(tally.errors) for tally in failed)
+        every = all(tally.recorded == 0 and tally.skipped == 0 for tally in tallies)
+        if every:
+            raise EvalError(f"every call failed, so nothing was written ({first}); check the endpoints and rerun")
+        raise EvalError(
+            f"{calls} calls failed and nothing was written for them ({first}); the answers that came back are "
+            "kept, and rerunning the same command asks only what is missing"
+        )
 
 
 def _print_tallies(tallies: list[ModelTally], out: Path) -> None:

@@ -5,18 +5,13 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import typer
 
-from toolorchestra.agent.trajectory import Step, Trajectory
+from toolorchestra.agent.trajectory import Step, Trajectory, write_trajectory
 from toolorchestra.cli.console import console as cli_console
 from toolorchestra.cli.console import table
 from toolorchestra.errors import UserError
-
-if TYPE_CHECKING:  # only for annotations: the catalog and the reader load with the command, not the CLI
-    from toolorchestra.bench.policies import ReaderPolicy
-    from toolorchestra.catalog.schema import Catalog
 
 
 def register(app: typer.Typer) -> None:
@@ -78,10 +73,45 @@ def run(
         save.open("a", encoding="utf-8").close()  # a file that cannot be written fails before any call is paid
     if not as_json and policy == "auto":
         cli_console().print(f"[dim]policy: {'reader' if reader else 'orchestrator'} (auto)[/]")
-    trajectory = asyncio.run(_run(question, catalog, reader, prefer, max_turns, max_budget, temperature, as_json))
-    if save:
-        from toolorchestra.agent.trajectory import write_trajectory
+    from toolorchestra.agent.loop import Orchestrator
+    from toolorchestra.agent.preference import Preference
+    from toolorchestra.backends.pool import ModelPool
+    from toolorchestra.envs.base import Task
+    from toolorchestra.tools.factory import build_tools
 
+    async def episode() -> Trajectory:
+        """One episode over the catalog's pool: the catalog's orchestrator model writes the calls, or the reader
+        answers over the answer labels (it places the question among the profiles' task types, with
+        --calibration, weighs each label's expected reward, and answers with the best one)."""
+        pool = ModelPool(catalog.models)
+        task = Task(id="cli", split="cli", prompt=question)
+        try:
+            tools = build_tools(catalog.tools, pool)
+            if reader is not None:
+                reader.check_pool(tools)
+                trajectory = await reader.run(task, tools)
+                if not as_json:
+                    for step in trajectory.steps:
+                        _print_step(step)
+                return trajectory
+            local_tools = [s.name for s in catalog.tools if s.type in ("python", "search")]
+            orchestrator = Orchestrator(
+                pool.backend(catalog.orchestrator),
+                tools,
+                model_name=catalog.orchestrator,
+                price=catalog.model(catalog.orchestrator).price,
+                preference=Preference.parse(prefer, local_tools),
+                max_turns=max_turns,
+                max_budget_usd=max_budget,
+                temperature=temperature,
+                on_step=None if as_json else _print_step,
+            )
+            return await orchestrator.run(task)
+        finally:
+            await pool.aclose()
+
+    trajectory = asyncio.run(episode())
+    if save:
         write_trajectory(save, trajectory)
     if as_json:
         typer.echo(json.dumps(trajectory.to_record(), indent=2, ensure_ascii=False))
@@ -99,53 +129,6 @@ def _exit_if_failed(trajectory: Trajectory) -> None:
     cause = " ".join(errors[-1].split()) if errors else "no cause recorded"
     typer.secho(f"error: the episode ended in an error: {cause}", fg="red", err=True)
     raise typer.Exit(1)
-
-
-async def _run(
-    question: str,
-    catalog: Catalog,
-    reader: ReaderPolicy | None,
-    prefer: str | None,
-    max_turns: int,
-    max_budget: float | None,
-    temperature: float,
-    quiet: bool,
-) -> Trajectory:
-    """One episode over the catalog's pool: the catalog's orchestrator model writes the calls, or the reader
-    answers over the answer labels (it places the question among the profiles' task types, with --calibration,
-    weighs each label's expected reward, and answers with the best one)."""
-    from toolorchestra.agent.loop import Orchestrator
-    from toolorchestra.agent.preference import Preference
-    from toolorchestra.backends.pool import ModelPool
-    from toolorchestra.envs.base import Task
-    from toolorchestra.tools.factory import build_tools
-
-    pool = ModelPool(catalog.models)
-    task = Task(id="cli", split="cli", prompt=question)
-    try:
-        tools = build_tools(catalog.tools, pool)
-        if reader is not None:
-            reader.check_pool(tools)
-            trajectory = await reader.run(task, tools)
-            if not quiet:
-                for step in trajectory.steps:
-                    _print_step(step)
-            return trajectory
-        local_tools = [s.name for s in catalog.tools if s.type in ("python", "search")]
-        orchestrator = Orchestrator(
-            pool.backend(catalog.orchestrator),
-            tools,
-            model_name=catalog.orchestrator,
-            price=catalog.model(catalog.orchestrator).price,
-            preference=Preference.parse(prefer, local_tools),
-            max_turns=max_turns,
-            max_budget_usd=max_budget,
-            temperature=temperature,
-            on_step=None if quiet else _print_step,
-        )
-        return await orchestrator.run(task)
-    finally:
-        await pool.aclose()
 
 
 def _print_step(step: Step) -> None:

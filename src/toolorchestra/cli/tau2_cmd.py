@@ -76,7 +76,7 @@ def _print_report(report: RescoreReport) -> None:
         scores.add_row(
             _short_id(score.simulation_id),
             _task_cell(score),
-            _text(score.trial),
+            "-" if score.trial is None else str(score.trial),
             _reward(score.recorded),
             _reward(score.ours),
             "yes" if score.agree else "NO",
@@ -106,7 +106,3 @@ def _task_cell(score: SimulationScore) -> str:
 
 def _reward(value: float | None) -> str:
     return "-" if value is None else f"{value:g}"
-
-
-def _text(value: object) -> str:
-    return "-" if value is None else str(value)
