@@ -53,6 +53,7 @@ REFACTOR_COMMITS = {
     "ba2d183": "memory.py: return_freed_memory as a top-level leaf [LOC]",
     "e65842e": "toolscale: writes_on, Drafter.write, one TEXT schema, movie helpers [LOC]",
     "22bf2ab": "toolscale actions imported by name again, so the cycle test sees them [LOC]",
+    "bcdb93b": "bench/cli: one ScriptedPolicy, shared report frontier, one --config model lookup [LOC]",
 }
 
 
