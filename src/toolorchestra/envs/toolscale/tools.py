@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import jsonschema
 
@@ -73,7 +73,13 @@ def write_spec(
     )
 
 
-def writes_on(collection: str, key_argument: str, common: dict[str, Any]) -> Callable[..., ToolSpec]:
+class WriteMaker(Protocol):
+    def __call__(
+        self, name: str, description: str, own: dict[str, Any], handler: Handler, optional: dict[str, Any] | None = None
+    ) -> ToolSpec: ...
+
+
+def writes_on(collection: str, key_argument: str, common: dict[str, Any]) -> WriteMaker:
     """A `write_spec` maker for a domain's actions on one collection: each action takes the `common` arguments
     (the record's key argument among them) before its own required ones, then any optional ones."""
 
