@@ -54,6 +54,7 @@ REFACTOR_COMMITS = {
     "e65842e": "toolscale: writes_on, Drafter.write, one TEXT schema, movie helpers [LOC]",
     "22bf2ab": "toolscale actions imported by name again, so the cycle test sees them [LOC]",
     "bcdb93b": "bench/cli: one ScriptedPolicy, shared report frontier, one --config model lookup [LOC]",
+    "25efda3": "toolscale writes_on typed by a Protocol, so mypy checks write tools again [LOC]",
 }
 
 
