@@ -168,3 +168,31 @@ def test_an_orchestrator_reads_renamed_labels_with_profiles(world, tmp_path):
     trajectory = json.loads((tmp_path / "o" / "trajectories.jsonl").read_text().splitlines()[0])
     system = trajectory["messages"][0]["content"]
     assert "acc algebra" in system and "| alpha |" not in system
+
+
+def test_profile_targets_follow_the_rows_the_prompt_shows(world):
+    """counterfactual.targets profiles: a label's target is computed from its row (price, accuracy on the
+    question's type) and nothing else, so the label with the best row for the type gets the highest target
+    under the accuracy preference, whatever the label is called or where its row stands."""
+    from toolorchestra.agent.preference import Preference
+    from toolorchestra.agent.reader import offers
+    from toolorchestra.errors import TrainingError
+    from toolorchestra.train.recipes.counterfactual import label_outcomes, profile_targets
+
+    env = DirectoryWorldEnv(world)
+    config = SamplerConfig(min_labels=3, max_labels=3, label_style="random", shuffle_labels=True,
+                           preference_contrast=False, tool_keep_prob=0.0)
+    draws = TaskSampler(env, env.tasks("train"), config, seed=3).next_batch(12)
+    with pytest.raises(TrainingError, match="sampler.profiles"):  # no profiles shown: refused, not guessed
+        profile_targets(draws[0], asyncio.run(label_outcomes(env, draws[0])))
+    env.show_profiles(measure_profiles(env))
+    draws = TaskSampler(env, env.tasks("train"), config, seed=3).next_batch(12)
+    for draw in draws:
+        draw.preference = Preference(accuracy=1.0)
+        outcome = asyncio.run(label_outcomes(env, draw))
+        targets = profile_targets(draw, outcome)
+        rows = {offer.label: offer for offer in offers(draw.tools)}
+        accuracy = [rows[label].profile.accuracy[draw.task.subtask] for label in outcome.labels]
+        best = max(range(len(targets)), key=targets.__getitem__)
+        assert accuracy[best] == max(accuracy), (draw.task.subtask, accuracy, targets)
+        assert targets == profile_targets(draw, outcome)  # a function of the draw alone

@@ -165,13 +165,16 @@ class CounterfactualConfig(_Strict):
     """The counterfactual recipe (train/recipes/counterfactual.py): the exact expected reward over every answer
     label of a replay world, no sampling."""
 
-    targets: Literal["recorded", "outcome_model", "escalation"] = Field(
+    targets: Literal["recorded", "outcome_model", "escalation", "profiles"] = Field(
         "recorded",
         description="learn from each label's recorded reward on the question ('recorded'), or from its "
         "expected reward when each model is right with the probability an outcome model fitted on the train "
         "split gives ('outcome_model': train/outcome_model.py; costs and latencies stay the recorded ones), or "
         "('escalation') consult models one at a time and learn every action's value at each state a question "
-        "passes through (train/escalation.py; needs the expert tool: sampler.tool_keep_prob 1)",
+        "passes through (train/escalation.py; needs the expert tool: sampler.tool_keep_prob 1), or "
+        "('profiles') each label's expected reward computed from exactly what the prompt shows: its price "
+        "and its profile's accuracy on the question's task type (agent/reader.expected_rewards; needs "
+        "sampler.profiles), so the prompt alone determines the target",
     )
     loss: Literal["expected", "regression", "cross_entropy"] = Field(
         "regression",

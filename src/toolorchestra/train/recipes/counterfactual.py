@@ -37,7 +37,7 @@ from toolorchestra.agent.preference import Preference
 from toolorchestra.backends.base import ToolCall
 from toolorchestra.backends.toolcalls import render_tool_call
 from toolorchestra.envs.base import Env
-from toolorchestra.errors import TrainingError
+from toolorchestra.errors import TrainingError, UserError
 from toolorchestra.reward import (
     batch_advantages,
     expected_group_rewards,
@@ -84,6 +84,26 @@ class LabelOutcomes:
         if self.actions is not None:
             return self.actions[index]
         return ToolCall(id="call_0", name=self.tool, arguments={"model": self.labels[index]})
+
+
+def profile_targets(draw: PromptDraw, outcome: LabelOutcomes) -> list[float]:
+    """Each label's expected reward from what the draw's prompt shows and nothing else: its price and its
+    profile's accuracy on the question's task type, as the reader computes it (agent/reader.expected_rewards,
+    with the question's type known). Outcome-model targets use the whole train split's accuracies and each
+    question's recorded dollars, which the prompt does not show, so two prompts that read alike could ask for
+    different labels; these targets are a function of the prompt and the task type alone."""
+    from toolorchestra.agent.reader import expected_rewards, offers
+    from toolorchestra.envs.replay.tokens import count_tokens
+
+    try:
+        pool = offers(draw.tools, outcome.tool)
+    except UserError as error:  # a label without a profile: the config did not show them
+        raise TrainingError(f"counterfactual.targets profiles needs sampler.profiles: true ({error})") from None
+    rewards = expected_rewards(
+        pool, {str(draw.task.subtask): 1.0}, count_tokens(draw.task.prompt), draw.preference.weights()
+    )
+    by_label = {offer.label: reward for offer, reward in zip(pool, rewards, strict=True)}
+    return [by_label[label] for label in outcome.labels]
 
 
 async def label_outcomes(
@@ -263,6 +283,8 @@ class CounterfactualRecipe:
                 p_correct = self._outcome_model.probabilities(draw.task, outcome.models)
                 weights = with_cost_floor(draw.preference.weights(), algorithm.cost_floor, algorithm.cost_scale)
                 outcome.targets = expected_group_rewards(outcome.features, p_correct, weights)
+            elif outcome is not None and self.trainer.config.counterfactual.targets == "profiles":
+                outcome.targets = profile_targets(draw, outcome)
             self._outcomes[key] = outcome
         return self._outcomes[key]
 
