@@ -19,7 +19,7 @@ from toolorchestra.bench.eval import EvalRequest, run_eval
 from toolorchestra.envs.replay.profiles import calibration_sample, measure_profiles, read_profiles
 from toolorchestra.envs.replay.world import DirectoryWorldEnv
 from toolorchestra.errors import UserError
-from toolorchestra.tools.llm import AnswerTool, LLMTool
+from toolorchestra.tools.llm import LLMTool
 from toolorchestra.train.config import SamplerConfig
 from toolorchestra.train.sampler import TaskSampler
 
