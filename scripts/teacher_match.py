@@ -1,5 +1,5 @@
 """How often an orchestrator's decisions are the ones its prompt determines: the share of a run's tasks whose
-answering model is the one `counterfactual.targets: profiles` ranks first (agent/reader.expected_rewards from
+answering model is the one `counterfactual.targets: profiles` ranks first (agent/reader.choose from
 each row's price and 50-per-type train profile, as an orchestrator's prompt shows them, with the question's
 own task type). A model that reads its rows makes these decisions; one that learned a prior over rows or names
 does not.
@@ -21,7 +21,7 @@ from pathlib import Path
 def teacher_models(run: dict) -> dict[str, str]:
     """task id -> the model the profile targets rank first, under the run's prices and preference."""
     from toolorchestra.agent.preference import Preference
-    from toolorchestra.agent.reader import expected_rewards, offers
+    from toolorchestra.agent.reader import choose, offers
     from toolorchestra.bench.policies import PROFILE_PER_TYPE
     from toolorchestra.envs.registry import make_env
     from toolorchestra.envs.replay.base import ReplayEnv
@@ -30,22 +30,26 @@ def teacher_models(run: dict) -> dict[str, str]:
     from toolorchestra.envs.replay.world import apply_price_options
 
     env = make_env(run["env"])
-    assert isinstance(env, ReplayEnv), f"{run['env']} is not a replay world"
+    if not isinstance(env, ReplayEnv):
+        raise SystemExit(f"teacher_match: {run['env']} is not a replay world")
     apply_price_options(env, run.get("price_scale") or None, None)
     env.show_profiles(measure_profiles(env, "train", PROFILE_PER_TYPE))
     weights = Preference.parse(run.get("prefer") or "accuracy").weights()
     chosen = {}
     for task in env.tasks(run.get("split", "test")):
-        tools = env.tools_for(task)
-        pool = offers(tools)
-        rewards = expected_rewards(pool, {str(task.subtask): 1.0}, count_tokens(task.prompt), weights)
-        best = pool[max(range(len(pool)), key=lambda index: (rewards[index], -index))]
+        pool = offers(env.tools_for(task))
+        best = choose(pool, {str(task.subtask): 1.0}, count_tokens(task.prompt), weights)
         chosen[task.id] = {env.label(model): model for model in env.models()}[best.label]
     return chosen
 
 
 def main() -> None:
+    if len(sys.argv) < 2:
+        raise SystemExit("usage: teacher_match.py RUN_DIR [RUN_DIR ...]")
     for run_dir in map(Path, sys.argv[1:]):
+        missing = [name for name in ("run.json", "decisions.csv") if not (run_dir / name).is_file()]
+        if missing:
+            raise SystemExit(f"teacher_match: {run_dir} has no {' or '.join(missing)}: expected an eval run dir")
         run = json.loads((run_dir / "run.json").read_text())
         teacher = teacher_models(run)
         with (run_dir / "decisions.csv").open() as handle:

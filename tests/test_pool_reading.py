@@ -196,3 +196,12 @@ def test_profile_targets_follow_the_rows_the_prompt_shows(world):
         best = max(range(len(targets)), key=targets.__getitem__)
         assert accuracy[best] == max(accuracy), (draw.task.subtask, accuracy, targets)
         assert targets == profile_targets(draw, outcome)  # a function of the draw alone
+
+
+def test_profile_targets_without_profiles_is_a_config_error():
+    from toolorchestra.train.config import TrainConfig
+
+    with pytest.raises(ValueError, match="set sampler.profiles: true"):
+        TrainConfig.model_validate({"recipe": "counterfactual", "counterfactual": {"targets": "profiles"}})
+    TrainConfig.model_validate({"recipe": "counterfactual", "counterfactual": {"targets": "profiles"},
+                                "sampler": {"profiles": True}})

@@ -372,6 +372,11 @@ class TrainConfig(_Strict):
                 "actor.use_kl_loss needs LoRA (model.lora_rank > 0): the reference policy is the model with its "
                 "adapter disabled, so full fine-tuning has no reference without a second copy"
             )
+        if self.recipe == "counterfactual" and self.counterfactual.targets == "profiles" and not self.sampler.profiles:
+            raise ValueError(
+                "counterfactual.targets profiles computes each label's target from the profile its prompt shows: "
+                "set sampler.profiles: true"
+            )
         if self.recipe == "sft" and self.sft.steps == 0:
             raise ValueError("recipe sft needs sft.steps > 0")
         if self.recipe == "grpo" and self.data.train_batch_size % self.actor.ppo_mini_batch_size:
