@@ -205,3 +205,27 @@ def test_profile_targets_without_profiles_is_a_config_error():
         TrainConfig.model_validate({"recipe": "counterfactual", "counterfactual": {"targets": "profiles"}})
     TrainConfig.model_validate({"recipe": "counterfactual", "counterfactual": {"targets": "profiles"},
                                 "sampler": {"profiles": True}})
+
+
+def test_step_metrics_say_how_much_of_q_sits_on_the_targets_first_choice():
+    """The loss can fall while greedy decoding still picks the wrong row: the step logs q's mass on the labels the
+    targets rank first, and whether the argmax is one of them, whatever the recorded rewards say."""
+    from toolorchestra.train.recipes.counterfactual import LabelOutcomes, _Stats
+
+    outcome = LabelOutcomes(
+        tool="answer",
+        labels=["a", "b", "c"],
+        models=["m1", "m2", "m3"],
+        correct=[1.0, 0.0, 1.0],
+        cost=[0.1, 0.2, 0.3],
+        latency=[1.0, 1.0, 1.0],
+        rewards=[1.0, 0.0, 0.9],  # recorded: "a" is best
+        errors=[],
+        targets=[0.2, 0.7, 0.7],  # what the policy learns from: "b" and "c" tie first
+    )
+    stats = _Stats()
+    stats.add(outcome, [0.5, 0.3, 0.2], entropy=1.0, log_valid=0.0, preference="accuracy")
+    stats.add(outcome, [0.1, 0.1, 0.8], entropy=1.0, log_valid=0.0, preference="accuracy")
+    metrics = stats.metrics()
+    assert metrics["target/best_mass"] == pytest.approx((0.5 + 0.9) / 2)
+    assert metrics["argmax/on_target"] == pytest.approx(0.5)

@@ -567,8 +567,14 @@ class _Stats:
             turn = sum(message.get("role") == "tool" for message in outcome.history)
             self.matches.setdefault(turn, []).append(float(targets[best] == max(targets)))
         self.by_preference.setdefault(preference, []).append((float(outcome.correct[best]), outcome.cost[best]))
+        # how much of q sits on the labels the targets rank first, and whether greedy decoding picks one: the
+        # fit to the targets that the loss alone does not show (a loss can fall while the first choice stays wrong)
+        top = max(outcome.learning_targets)
+        on_target = [target == top for target in outcome.learning_targets]
         self.rows.append(
             {
+                "target/best_mass": sum(p for p, hit in zip(q, on_target, strict=True) if hit),
+                "argmax/on_target": float(on_target[best]),
                 "reward/mean": sum(p * r for p, r in zip(q, outcome.rewards, strict=True)),
                 "reward/best_possible": max(outcome.rewards),
                 "accuracy": sum(p for p, ok in zip(q, outcome.correct, strict=True) if ok),
