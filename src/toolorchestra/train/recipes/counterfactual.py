@@ -562,15 +562,14 @@ class _Stats:
 
     def add(self, outcome: LabelOutcomes, q: list[float], entropy: float, log_valid: float, preference: str) -> None:
         best = max(range(len(q)), key=q.__getitem__)
-        if outcome.actions is not None:  # escalation states: does the greedy call match the target's, per turn
-            targets = outcome.learning_targets
-            turn = sum(message.get("role") == "tool" for message in outcome.history)
-            self.matches.setdefault(turn, []).append(float(targets[best] == max(targets)))
-        self.by_preference.setdefault(preference, []).append((float(outcome.correct[best]), outcome.cost[best]))
-        # how much of q sits on the labels the targets rank first, and whether greedy decoding picks one: the
-        # fit to the targets that the loss alone does not show (a loss can fall while the first choice stays wrong)
+        # the labels the targets rank first: q's mass on them and whether greedy decoding picks one show the fit
+        # to the targets that the loss alone does not (a loss can fall while the first choice stays wrong)
         top = max(outcome.learning_targets)
         on_target = [target == top for target in outcome.learning_targets]
+        if outcome.actions is not None:  # escalation states: the same match, per turn
+            turn = sum(message.get("role") == "tool" for message in outcome.history)
+            self.matches.setdefault(turn, []).append(float(on_target[best]))
+        self.by_preference.setdefault(preference, []).append((float(outcome.correct[best]), outcome.cost[best]))
         self.rows.append(
             {
                 "target/best_mass": sum(p for p, hit in zip(q, on_target, strict=True) if hit),
